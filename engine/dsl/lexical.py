@@ -13,7 +13,7 @@ from engine.dsl.ir import Pos
 
 # A name is written bare when it matches WORD and is not a keyword of the grammar; otherwise it is
 # written as a text (backticks). Keep in sync with WORD in structure.lark.
-WORD_RE = re.compile(r"\.?(?:[^\W\d]\w*|\?)(?:\.(?:[^\W\d]\w*|\d+)|\[[^\[\]\s`]*\])*")
+WORD_RE = re.compile(r"\.?(?:[^\W\d]\w*|\?)(?:[.:][^\W\d]\w*|\.\d+|\[[^\[\]\s`]*\])*")
 
 # Words the lexer may read as keywords or literals rather than as a WORD.
 RESERVED = frozenset({
