@@ -1,0 +1,1 @@
+"""Database models (``app.db.models``) and sessions (``app.db.session``)."""

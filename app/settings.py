@@ -1,0 +1,103 @@
+"""The service's one settings class: environment variables prefixed ``ADOPTER_``.
+
+Outside development a missing secret stops start-up with a message naming the variable; in
+development the App's private key may be absent (webhooks are still verified with the secret,
+which is required everywhere: an unverified webhook endpoint is never acceptable).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class SettingsError(RuntimeError):
+    """Raised when the environment cannot make a working service; the message says what to set."""
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="ADOPTER_", extra="ignore")
+
+    env: Literal["development", "production"] = "development"
+    database_url: str = "sqlite:///.adopter/adopter.db"
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    # Every Redis key the broker uses starts with this (isolates deployments sharing one Redis).
+    redis_key_prefix: str = ""
+
+    github_api_url: str = "https://api.github.com"
+    github_app_id: str | None = None
+    github_private_key: str | None = None
+    github_private_key_path: Path | None = None
+    webhook_secret: str | None = None
+
+    # Webhook bodies above this are answered 413 without being read (GitHub caps payloads at 25 MB).
+    webhook_max_body_bytes: int = Field(default=25 * 1024 * 1024, gt=0)
+    # The word that starts a command in a pull request comment.
+    bot_mention: str = "@adopter"
+
+    # Where workers clone repositories; each scan gets its own folder, removed when the scan ends.
+    work_dir: Path = Path(".adopter/work")
+    clone_timeout_s: int = 300
+    max_repo_kib: int = 500 * 1024  # checked against the API's size before cloning
+    max_checkout_bytes: int = 1024 * 1024 * 1024  # checked on disk after cloning
+    max_files: int = 50_000
+
+    # Queue for verify+bench: "gpu" when GPU workers consume it, otherwise "cpu".
+    bench_queue: Literal["gpu", "cpu"] = "cpu"
+    # Seconds before an unacknowledged task (its worker died) is handed to another worker.
+    # Must be longer than the longest task time limit.
+    broker_visibility_timeout: int = 3600
+    task_soft_time_limit: int = 1500
+    task_time_limit: int = 1800
+    task_max_retries: int = 5
+
+    # Entry points of the engine stages, "module:function". The defaults are the engine's own;
+    # tests replace them to control timing or to stand in for a stage the engine lacks so far.
+    engine_scan: str = "engine.scan:scan_path"
+    engine_verify: str = "engine.verify:verify_rewrite"
+    engine_bench: str = "engine.bench:benchmark_rewrite"
+    engine_report: str = "engine.report:render_pr_body"
+
+    @model_validator(mode="after")
+    def _secrets_present(self) -> Settings:
+        missing = []
+        if not self.webhook_secret:
+            missing.append("ADOPTER_WEBHOOK_SECRET")
+        if self.env != "development":
+            if not self.github_app_id:
+                missing.append("ADOPTER_GITHUB_APP_ID")
+            if not (self.github_private_key or self.github_private_key_path):
+                missing.append("ADOPTER_GITHUB_PRIVATE_KEY or ADOPTER_GITHUB_PRIVATE_KEY_PATH")
+        if missing:
+            raise ValueError(f"Adopter ({self.env}) cannot start: set {', '.join(missing)}")
+        if self.github_private_key_path and not self.github_private_key_path.is_file():
+            raise ValueError(f"ADOPTER_GITHUB_PRIVATE_KEY_PATH: no file at {self.github_private_key_path}")
+        if self.task_soft_time_limit >= self.task_time_limit:
+            raise ValueError("ADOPTER_TASK_SOFT_TIME_LIMIT must be below ADOPTER_TASK_TIME_LIMIT")
+        return self
+
+    def private_key(self) -> str | None:
+        """The App's PEM key, from the variable or the file."""
+        if self.github_private_key:
+            return self.github_private_key
+        if self.github_private_key_path:
+            return self.github_private_key_path.read_text()
+        return None
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process's settings, read once. Raises SettingsError with a readable message."""
+    try:
+        return Settings()
+    except ValueError as exc:  # pydantic's ValidationError is a ValueError
+        messages = []
+        for error in getattr(exc, "errors", lambda: [])():
+            where = ".".join(str(p) for p in error.get("loc", ()))
+            msg = error.get("msg", "").removeprefix("Value error, ")
+            messages.append(f"ADOPTER_{where.upper()}: {msg}" if where else msg)
+        raise SettingsError("; ".join(messages) or str(exc)) from None

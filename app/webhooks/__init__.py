@@ -1,0 +1,1 @@
+"""The GitHub webhook receiver: signature check, delivery storage, enqueueing."""
