@@ -1,0 +1,329 @@
+"""The pipeline stages, one plain function each: clone, scan, verify+bench, publish.
+
+Each stage runs only from the scan states it owns and ends by moving the scan on (see
+``worker.state``); it returns True when the next stage must be enqueued. Stages that need the
+repository's files call ``checkout`` which reuses this machine's clone of the scan or makes one,
+so consecutive stages may run on different machines (the GPU worker clones for itself).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import shutil
+from collections import defaultdict
+from pathlib import Path
+
+from sqlalchemy import delete, func, select
+from sqlalchemy.orm import Session
+
+from app.db.models import (
+    ChangeSet,
+    Finding,
+    IgnoredIdentity,
+    PullRequest,
+    PullRequestState,
+    Repository,
+    Result,
+    Scan,
+    ScanState,
+)
+from app.settings import get_settings
+from worker import engine_adapter, github_client
+from worker.clone import CloneError, shallow_clone, tree_size
+from worker.pr_body import render_body, title_for
+from worker.publish import Proposal, publish
+from worker.repo_config import ConfigError, RepoConfig, load_config
+from worker.state import finish, publish_lock, transition
+
+log = logging.getLogger(__name__)
+
+S = ScanState
+# stage -> (states it runs from, state it moves to on success)
+STAGES: dict[str, tuple[tuple[ScanState, ...], ScanState]] = {
+    "clone": ((S.queued, S.cloning), S.scanning),
+    "scan": ((S.scanning,), S.verifying),
+    "verify_bench": ((S.verifying, S.benchmarking), S.publishing),
+    "publish": ((S.publishing,), S.done),
+}
+NEXT_STAGE = {"clone": "scan", "scan": "verify_bench", "verify_bench": "publish", "publish": None}
+
+
+class Skip(Exception):
+    """The scan cannot go on for a reason that is not an error (limits, suspended installation)."""
+
+
+def scan_dir(scan_id: int) -> Path:
+    return get_settings().work_dir / f"scan-{scan_id}"
+
+
+def checkout(session: Session, scan: Scan) -> Path:
+    """This machine's checkout of the scan's commit, cloned with a fresh installation token."""
+    repository = session.get(Repository, scan.repository_id)
+    settings = get_settings()
+    installation_id = repository.installation_id
+    clone_url = github_client.client_for(installation_id).get_repo(repository.full_name).clone_url
+    result = shallow_clone(clone_url, scan_dir(scan.id) / "src", token=github_client.installation_token(installation_id),
+                           ref=scan.branch or repository.default_branch, sha=scan.head_sha,
+                           timeout=settings.clone_timeout_s)
+    return result.path
+
+
+def remove_checkout(scan_id: int) -> None:
+    shutil.rmtree(scan_dir(scan_id), ignore_errors=True)
+
+
+# --- clone ---------------------------------------------------------------------------------------
+
+def clone_stage(session: Session, scan_id: int) -> bool:
+    scan = session.get(Scan, scan_id)
+    repository = session.get(Repository, scan.repository_id)
+    installation = repository.installation
+    if installation.deleted_at or installation.suspended_at:
+        raise Skip(f"installation {installation.id} is {'deleted' if installation.deleted_at else 'suspended'}")
+    if repository.removed_at:
+        raise Skip(f"{repository.full_name} was removed from the installation")
+    transition(session, scan_id, [S.queued], S.cloning)
+
+    settings = get_settings()
+    gh_repo = github_client.client_for(installation.id).get_repo(repository.full_name)
+    repository.default_branch = gh_repo.default_branch
+    if gh_repo.size and gh_repo.size > settings.max_repo_kib:
+        raise Skip(f"repository is {gh_repo.size} KiB, over the limit of {settings.max_repo_kib} KiB")
+    scan.branch = gh_repo.default_branch
+    session.commit()
+
+    result = shallow_clone(gh_repo.clone_url, scan_dir(scan_id) / "src",
+                           token=github_client.installation_token(installation.id), ref=scan.branch,
+                           sha=scan.head_sha, timeout=settings.clone_timeout_s)
+    scan.head_sha = result.sha
+    session.commit()
+    size = tree_size(result.path, stop_after_files=settings.max_files)
+    if size.files > settings.max_files:
+        raise Skip(f"repository has more than {settings.max_files} files")
+    if size.bytes > settings.max_checkout_bytes:
+        raise Skip(f"checkout is {size.bytes} bytes, over the limit of {settings.max_checkout_bytes}")
+
+    try:
+        config, source = load_config(result.path)
+    except ConfigError as exc:
+        report_config_error(repository, scan.head_sha, exc)
+        finish(session, scan_id, S.failed, f"invalid configuration: {exc}")
+        return False
+    scan.config = {"source": source, **config.model_dump()}
+    session.commit()
+    return transition(session, scan_id, [S.cloning], S.scanning)
+
+
+def report_config_error(repository: Repository, sha: str, error: ConfigError) -> None:
+    """A commit comment on the scanned commit, where the author of the file sees it."""
+    body = (f"Adopter could not read `{error.path}`: {error}\n\n"
+            "Nothing was scanned. Fix the file on the default branch and push again.")
+    gh_repo = github_client.client_for(repository.installation_id).get_repo(repository.full_name, lazy=True)
+    gh_repo.get_commit(sha).create_comment(body)
+
+
+# --- scan ----------------------------------------------------------------------------------------
+
+def _digest_originals(root: Path, paths) -> str:
+    h = hashlib.sha256()
+    for path in sorted(paths):
+        original = root / path
+        h.update(path.encode() + b"\0" + (original.read_bytes() if original.is_file() else b"") + b"\0")
+    return h.hexdigest()
+
+
+def _identity(rule_ids: list[str]) -> str:
+    slug = "+".join(sorted(rule_ids)).replace("/", "-").replace(" ", "-")
+    return f"adopter/{slug}"[:200]
+
+
+def group_rewrites(root: Path, output: engine_adapter.ScanOutput, config: RepoConfig,
+                   ) -> list[tuple[list[str], dict[str, str], str]]:
+    """Rewritten findings grouped by rule: [(rule ids, files, diff)] — one pull request each.
+
+    The engine returns the files of all rules together; with more than one rule (or a disabled
+    one) each rule is scanned on its own to get its files. Where the engine cannot select a single
+    rule, everything stays one group.
+    """
+    rules = sorted({f.rule_id for f in output.findings if f.status == "rewritten"})
+    wanted = [r for r in rules if r not in set(config.disable)]
+    if not wanted or not output.files:
+        return []
+    if wanted == rules and len(rules) == 1:
+        return [(rules, output.files, output.diff)]
+    groups = []
+    try:
+        for rule in wanted:
+            single = engine_adapter.scan(root, rules=rule, include=config.paths.include,
+                                         exclude=config.paths.exclude)
+            if single.files:
+                groups.append(([rule], single.files, single.diff))
+    except Exception as exc:  # the engine takes only rule-set names: keep the rules together
+        log.info("per-rule scan not available (%s); one pull request for %s", exc, rules)
+        if wanted != rules:
+            return []  # cannot separate a disabled rule's rewrites from the others
+        return [(rules, output.files, output.diff)]
+    return groups
+
+
+def scan_stage(session: Session, scan_id: int) -> bool:
+    scan = session.get(Scan, scan_id)
+    config = RepoConfig.model_validate({k: v for k, v in (scan.config or {}).items() if k != "source"})
+    root = checkout(session, scan)
+    output = engine_adapter.scan(root, rules=config.rules, include=config.paths.include,
+                                 exclude=config.paths.exclude)
+    # A rerun replaces what an interrupted run stored.
+    session.execute(delete(Finding).where(Finding.scan_id == scan_id))
+    session.execute(delete(ChangeSet).where(ChangeSet.scan_id == scan_id))
+    for f in output.findings:
+        session.add(Finding(scan_id=scan_id, rule_id=f.rule_id, path=f.path, line=f.line, end_line=f.end_line,
+                            status=f.status, reason=f.reason, message=f.message))
+    scan.diff = output.diff
+    live = 0
+    for rule_ids, files, diff in group_rewrites(root, output, config):
+        identity = _identity(rule_ids)
+        change = ChangeSet(scan_id=scan_id, identity=identity, rule_ids=rule_ids, files=files, diff=diff,
+                           code_digest=_digest_originals(root, files))
+        change.outcome = ignored_outcome(session, scan.repository_id, identity, change.code_digest)
+        live += change.outcome is None
+        session.add(change)
+    session.commit()
+    counts = defaultdict(int)
+    for f in output.findings:
+        counts[f.status] += 1
+    summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or "no findings"
+    if live == 0:
+        return not finish(session, scan_id, S.done, f"nothing to propose ({summary})")
+    return transition(session, scan_id, [S.scanning], S.verifying, summary)
+
+
+def ignored_outcome(session: Session, repository_id: int, identity: str, code_digest: str) -> str | None:
+    """Why an identity is not proposed (a person rejected it and its code did not change), else None.
+
+    Changed code ends the ignore: the rejected proposal is not what would be proposed now.
+    """
+    ignored = session.scalar(select(IgnoredIdentity).where(
+        IgnoredIdentity.repository_id == repository_id, IgnoredIdentity.identity == identity))
+    if ignored is None:
+        return None
+    if ignored.code_digest == code_digest:
+        return f"not published: ignored ({ignored.reason}); waits for the code it touched to change"
+    session.delete(ignored)
+    return None
+
+
+# --- verify + bench ------------------------------------------------------------------------------
+
+def verify_bench_stage(session: Session, scan_id: int) -> bool:
+    scan = session.get(Scan, scan_id)
+    config = RepoConfig.model_validate({k: v for k, v in (scan.config or {}).items() if k != "source"})
+    pending = [c for c in scan.change_sets if c.outcome is None]
+    root = checkout(session, scan)
+    verified: dict[int, engine_adapter.Verification] = {}
+    for change in pending:
+        if change.result is not None:
+            continue  # measured by an interrupted earlier run
+        verified[change.id] = engine_adapter.verify(root, change.files, harness=config.harness)
+    transition(session, scan_id, [S.verifying], S.benchmarking)
+    for change in pending:
+        if change.result is not None:
+            continue
+        check = verified[change.id]
+        result = Result(change_set_id=change.id, verified=check.passed, max_abs_error=check.max_abs_error,
+                        details={"verify": check.details})
+        if check.passed:
+            bench = engine_adapter.bench(root, change.files, harness=config.harness)
+            result.device, result.before_s, result.after_s = bench.device, bench.before_s, bench.after_s
+            result.speedup, result.versions = bench.speedup, bench.versions
+            result.peak_mem_before, result.peak_mem_after = bench.peak_mem_before, bench.peak_mem_after
+            result.details = {"verify": check.details, "bench": bench.details}
+        session.add(result)
+        session.commit()
+    for change in pending:
+        session.refresh(change)
+        result = change.result
+        if not result.verified:
+            change.outcome = (f"not published: verification failed (max abs error {result.max_abs_error})")
+        elif result.speedup is None or result.speedup < config.min_gain:
+            change.outcome = (f"not published: speed-up {result.speedup} below the repository's "
+                              f"minimum {config.min_gain}")
+    session.commit()
+    if all(c.outcome is not None for c in scan.change_sets):
+        return not finish(session, scan_id, S.done, "nothing to propose: "
+                          + "; ".join(f"{c.identity}: {c.outcome}" for c in scan.change_sets))
+    return transition(session, scan_id, [S.benchmarking], S.publishing)
+
+
+# --- publish -------------------------------------------------------------------------------------
+
+def publish_stage(session: Session, scan_id: int) -> bool:
+    repository_id = session.get(Scan, scan_id).repository_id
+    with publish_lock(session, repository_id):
+        session.expire_all()
+        scan = session.get(Scan, scan_id)
+        if scan.state != S.publishing:  # another copy of this task got here first
+            return False
+        repository = session.get(Repository, repository_id)
+        config = RepoConfig.model_validate({k: v for k, v in (scan.config or {}).items() if k != "source"})
+        gh_repo = github_client.client_for(repository.installation_id).get_repo(repository.full_name, lazy=True)
+        outcomes = []
+        for change in scan.change_sets:
+            if change.outcome is None:
+                change.outcome = (ignored_outcome(session, repository.id, change.identity, change.code_digest)
+                                  or _over_limit(session, repository.id, change.identity, config))
+            if change.outcome is None:
+                published = publish(session, gh_repo, repository.id, _proposal(scan, repository, change, config))
+                change.outcome = (published.outcome if published.outcome.startswith("not published")
+                                  else f"published #{published.number} ({published.outcome})")
+            outcomes.append(f"{change.identity}: {change.outcome}")
+            session.commit()
+        return transition(session, scan_id, [S.publishing], S.done, "; ".join(outcomes))
+
+
+def _over_limit(session: Session, repository_id: int, identity: str, config: RepoConfig) -> str | None:
+    open_others = session.scalar(select(func.count()).select_from(PullRequest).where(
+        PullRequest.repository_id == repository_id, PullRequest.identity != identity,
+        PullRequest.state == PullRequestState.open))
+    if open_others >= config.max_open_pull_requests:
+        return f"not published: {open_others} Adopter pull requests are open (maximum {config.max_open_pull_requests})"
+    return None
+
+
+def _proposal(scan: Scan, repository: Repository, change: ChangeSet, config: RepoConfig) -> Proposal:
+    result = change.result
+    sites = [f for f in scan.findings if f.status == "rewritten" and f.rule_id in change.rule_ids
+             and f.path in change.files]
+    context = {
+        "repository": repository.full_name,
+        "identity": change.identity,
+        "rule_ids": change.rule_ids,
+        "sites": [{"rule_id": f.rule_id, "path": f.path, "line": f.line, "end_line": f.end_line,
+                   "message": f.message} for f in sites],
+        "diff": change.diff,
+        "result": {
+            "verified": result.verified, "max_abs_error": result.max_abs_error, "device": result.device,
+            "before_s": result.before_s, "after_s": result.after_s, "speedup": result.speedup,
+            "peak_mem_before": result.peak_mem_before, "peak_mem_after": result.peak_mem_after,
+            "versions": result.versions or {},
+        },
+        "branch": change.identity,
+        "base_sha": scan.head_sha,
+        "rules": config.rules,
+        "mention": get_settings().bot_mention,
+        "scan_id": scan.id,
+    }
+    return Proposal(identity=change.identity, branch=change.identity, base_branch=scan.branch,
+                    base_sha=scan.head_sha,
+                    title=title_for(change.rule_ids), body=render_body(context), files=change.files,
+                    code_digest=change.code_digest, scan_id=scan.id, force=scan.force_recreate)
+
+
+STAGE_FUNCTIONS = {
+    "clone": clone_stage,
+    "scan": scan_stage,
+    "verify_bench": verify_bench_stage,
+    "publish": publish_stage,
+}
+
+__all__ = ["STAGES", "NEXT_STAGE", "STAGE_FUNCTIONS", "Skip", "CloneError", "remove_checkout"]

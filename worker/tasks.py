@@ -1,0 +1,169 @@
+"""Celery tasks: one per pipeline stage, plus webhook handling.
+
+Every task is idempotent (see ``worker.pipeline`` and ``worker.state``): a message redelivered after
+its worker died, or a retry, changes nothing twice. Transient failures (network, GitHub 5xx, rate
+limits, a database or broker hiccup) are retried with backoff; anything else ends the scan as
+``failed`` with the reason.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from time import monotonic
+
+from celery import Task
+from celery.exceptions import Retry, SoftTimeLimitExceeded
+from celery.signals import worker_ready
+from sqlalchemy import select, update
+from sqlalchemy.exc import OperationalError
+
+from app.db.models import TERMINAL_STATES, Delivery, DeliveryStatus, Scan, ScanState, TaskRun, utcnow
+from app.db.session import session_scope
+from app.settings import get_settings
+from worker import events, github_client
+from worker.celery_app import HANDLE_DELIVERY, celery_app, enqueue_delivery
+from worker.clone import CloneError
+from worker.pipeline import NEXT_STAGE, STAGE_FUNCTIONS, STAGES, Skip, remove_checkout
+from worker.state import finish
+
+log = logging.getLogger(__name__)
+
+
+def retry_delay(exc: BaseException, attempt: int) -> float | None:
+    """Seconds to wait before retrying after ``exc``, None when it is not transient."""
+    if isinstance(exc, CloneError):
+        return min(2 ** attempt * 5, 600) if exc.transient else None
+    if isinstance(exc, OperationalError):
+        return min(2 ** attempt * 2, 120)
+    return github_client.retry_delay(exc, attempt)
+
+
+def _record_run(task: str, scan_id: int | None, outcome: str, started, t0: float) -> None:
+    try:
+        with session_scope() as session:
+            session.add(TaskRun(task=task, scan_id=scan_id, outcome=outcome, started_at=started,
+                                duration_s=monotonic() - t0))
+    except Exception:  # metrics must never fail a task
+        log.exception("could not record the run of %s", task)
+
+
+def enqueue_stage(stage: str, scan_id: int) -> None:
+    celery_app.send_task(f"adopter.{stage}", args=[scan_id])
+
+
+def run_stage(task: Task, stage: str, scan_id: int) -> None:
+    started, t0, outcome = utcnow(), monotonic(), "ok"
+    advanced = False
+    try:
+        with session_scope() as session:
+            scan = session.get(Scan, scan_id)
+            if scan is None or scan.state in TERMINAL_STATES:
+                return
+            owned, _ = STAGES[stage]
+            if scan.state not in owned:
+                following = NEXT_STAGE[stage]
+                # Past this stage: the worker may have died between moving the scan on and
+                # enqueueing the next stage, so enqueue it (its own state check makes that safe).
+                if following and scan.state in STAGES[following][0]:
+                    enqueue_stage(following, scan_id)
+                return
+            advanced = STAGE_FUNCTIONS[stage](session, scan_id)
+        following = NEXT_STAGE[stage]
+        if advanced and following:
+            enqueue_stage(following, scan_id)
+    except Retry:
+        outcome = "retry"
+        raise
+    except Skip as exc:
+        _end(scan_id, ScanState.skipped, str(exc))
+    except SoftTimeLimitExceeded:
+        outcome = "failed"
+        _end(scan_id, ScanState.failed, f"{stage}: time limit of {get_settings().task_soft_time_limit} s exceeded")
+    except Exception as exc:
+        delay = retry_delay(exc, task.request.retries)
+        if delay is not None and task.request.retries < get_settings().task_max_retries:
+            outcome = "retry"
+            log.warning("scan %s %s: transient %s, retrying in %.0f s", scan_id, stage, exc, delay)
+            raise task.retry(countdown=delay, exc=exc) from exc
+        outcome = "failed"
+        log.exception("scan %s failed in %s", scan_id, stage)
+        _end(scan_id, ScanState.failed, f"{stage}: {type(exc).__name__}: {exc}"[:2000])
+    finally:
+        _record_run(stage, scan_id, outcome, started, t0)
+        if outcome != "retry" and (stage == "verify_bench" or _is_terminal(scan_id)):
+            remove_checkout(scan_id)  # publish needs no files; a later stage elsewhere clones again
+
+
+def _end(scan_id: int, state: ScanState, reason: str) -> None:
+    with session_scope() as session:
+        finish(session, scan_id, state, reason)
+
+
+def _is_terminal(scan_id: int) -> bool:
+    with session_scope() as session:
+        scan = session.get(Scan, scan_id)
+        return scan is None or scan.state in TERMINAL_STATES
+
+
+@celery_app.task(name="adopter.clone", bind=True)
+def clone(self: Task, scan_id: int) -> None:
+    run_stage(self, "clone", scan_id)
+
+
+@celery_app.task(name="adopter.scan", bind=True)
+def scan(self: Task, scan_id: int) -> None:
+    run_stage(self, "scan", scan_id)
+
+
+@celery_app.task(name="adopter.verify_bench", bind=True)
+def verify_bench(self: Task, scan_id: int) -> None:
+    run_stage(self, "verify_bench", scan_id)
+
+
+@celery_app.task(name="adopter.publish", bind=True)
+def publish(self: Task, scan_id: int) -> None:
+    run_stage(self, "publish", scan_id)
+
+
+@celery_app.task(name=HANDLE_DELIVERY, bind=True)
+def handle_delivery(self: Task, delivery_id: str) -> None:
+    started, t0, outcome = utcnow(), monotonic(), "ok"
+    try:
+        with session_scope() as session:
+            scan_ids = events.handle(session, delivery_id)
+        for scan_id in scan_ids:
+            enqueue_stage("clone", scan_id)
+    except Exception as exc:
+        delay = retry_delay(exc, self.request.retries)
+        if delay is not None and self.request.retries < get_settings().task_max_retries:
+            outcome = "retry"
+            raise self.retry(countdown=delay, exc=exc) from exc
+        outcome = "failed"
+        log.exception("delivery %s could not be handled", delivery_id)
+        with session_scope() as session:
+            session.execute(update(Delivery).where(Delivery.id == delivery_id).values(
+                status=DeliveryStatus.failed, detail=f"{type(exc).__name__}: {exc}"[:2000], processed_at=utcnow()))
+    finally:
+        _record_run("handle_delivery", None, outcome, started, t0)
+
+
+def requeue_received(older_than_s: float = 30) -> int:
+    """Enqueue deliveries stored while the broker was unreachable. Returns how many."""
+    cutoff = utcnow() - timedelta(seconds=older_than_s)
+    with session_scope() as session:
+        ids = list(session.scalars(select(Delivery.id).where(
+            Delivery.status == DeliveryStatus.received, Delivery.received_at < cutoff)))
+    for delivery_id in ids:
+        enqueue_delivery(delivery_id)
+    return len(ids)
+
+
+@worker_ready.connect
+def _sweep_on_start(**_kwargs) -> None:
+    try:
+        count = requeue_received()
+        if count:
+            log.info("re-enqueued %d stored deliveries", count)
+    except Exception:
+        log.exception("sweep of stored deliveries failed")
