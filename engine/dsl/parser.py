@@ -80,7 +80,8 @@ def _syntax_error(err: UnexpectedInput, text: str) -> DSLSyntaxError:
         elif tok.type == "_NL":
             message = "unexpected end of line"
         else:
-            message = f"unexpected {_describe(tok.type)} {str(tok)!r}"
+            what = _describe(tok.type)
+            message = f"unexpected {str(tok)!r}" + ("" if what.startswith("'") else f" ({what})")
     else:  # pragma: no cover - lark has no other kinds
         message = str(err)
     expected = sorted({_describe(t) for t in (getattr(err, "expected", None) or ())})
