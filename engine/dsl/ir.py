@@ -52,7 +52,7 @@ class Sym:
 class Seq:
     """A list or tuple display whose items include data (``torch.cat([a, b])``)."""
 
-    items: tuple["Operand", ...]
+    items: tuple[Operand, ...]
     kind: str = "tuple"  # "tuple" or "list"
 
 
@@ -158,7 +158,7 @@ class LayerDef:
     type: str
     args: tuple[Operand, ...] = ()
     kwargs: tuple[tuple[str, Operand], ...] = ()
-    items: tuple["LayerDef", ...] = ()
+    items: tuple[LayerDef, ...] = ()
     guard: tuple[Cond, ...] = ()
     pos: Pos | None = None
 

@@ -1,0 +1,1326 @@
+"""Python source -> DSL structure (engine.dsl.ir), without importing or running the code.
+
+One pass over the `ast` of a file:
+  * every class that is (or may be) an `nn.Module` gets its `__init__` layer table and, per method,
+    a flat sequence of DL nodes;
+  * nested calls are unchained into temporaries, every assignment creates a new SSA name, branches
+    put a guard on their nodes and merge with `phi` nodes;
+  * calls of helper methods of the class and of module-level functions are inlined (bounded depth),
+    the inlined nodes keep the callee's positions and record the call site in `via`.
+`ast` (not libcst) is used here for speed: the corpus benchmark holds extraction to a small multiple
+of `ast.parse` alone. Synthesis, which edits code, uses libcst.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextvars
+import gc
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from engine.dsl import canonical as C
+from engine.dsl.ir import (
+    ClassModel,
+    Cond,
+    Const,
+    Diagnostic,
+    FileModel,
+    LayerDef,
+    Method,
+    Node,
+    Operand,
+    Param,
+    Pos,
+    Seq,
+    Sym,
+    Var,
+)
+from engine.extract.imports import Imports, module_name_for
+
+MAX_INLINE_DEPTH = 3
+MAX_CONDS_PER_METHOD = 400  # beyond this, nested branches are flattened (reported as a note)
+
+_MODULE_BASES = {"torch.nn.Module", "torch.nn.modules.module.Module"}
+_MODULE_HINTS = ("Module", "Model", "Layer", "Block", "Encoder", "Decoder", "Attention", "Embeddings",
+                 "Head", "Net", "MLP", "Norm", "PreTrainedModel")
+_CONTAINERS = {"torch.nn.ModuleList", "torch.nn.Sequential", "torch.nn.ModuleDict", "torch.nn.ParameterList"}
+
+
+# ---------------------------------------------------------------------------------------------
+# Source text helpers
+
+
+class Source:
+    def __init__(self, text: str, path: str) -> None:
+        self.text = text
+        self.path = path
+        self.lines = text.splitlines(keepends=True)
+        self._offsets: list[int] | None = None
+        self._temps: set[str] | None = None
+
+    def temp_like_names(self) -> set[str]:
+        """Identifiers of the file that look like our temporaries (`_t12`), to avoid them."""
+        if self._temps is None:
+            self._temps = set(re.findall(r"\b_t\d+\b", self.text)) if "_t" in self.text else set()
+        return self._temps
+
+    def offsets(self) -> list[int]:
+        if self._offsets is None:
+            offsets = [0]
+            total = 0
+            for line in self.lines:
+                total += len(line)
+                offsets.append(total)
+            self._offsets = offsets
+        return self._offsets
+
+    def segment(self, node: ast.AST) -> str:
+        """Source text of a node, whitespace-normalized to one line."""
+        line, col = node.lineno, node.col_offset  # type: ignore[attr-defined]
+        end_line, end_col = node.end_lineno, node.end_col_offset  # type: ignore[attr-defined]
+        if line == end_line:
+            raw = _decode_slice(self.lines[line - 1], col, end_col)
+        else:
+            first = _decode_slice(self.lines[line - 1], col, None)
+            middle = "".join(self.lines[line:end_line - 1])
+            last = _decode_slice(self.lines[end_line - 1], 0, end_col)
+            raw = first + middle + last
+        if "\n" in raw or "  " in raw:
+            if "'" in raw or '"' in raw:
+                try:
+                    return ast.unparse(node)
+                except Exception:  # pragma: no cover - defensive
+                    pass
+            raw = " ".join(raw.split())
+        return raw
+
+    def raw(self, node: ast.AST) -> str:
+        """Source text of a node exactly as written."""
+        line, col = node.lineno, node.col_offset  # type: ignore[attr-defined]
+        end_line, end_col = node.end_lineno, node.end_col_offset  # type: ignore[attr-defined]
+        if line == end_line:
+            return _decode_slice(self.lines[line - 1], col, end_col)
+        return (_decode_slice(self.lines[line - 1], col, None) + "".join(self.lines[line:end_line - 1])
+                + _decode_slice(self.lines[end_line - 1], 0, end_col))
+
+    def pos(self, node: ast.AST) -> Pos:
+        return Pos(self.path, node.lineno, node.col_offset, node.end_lineno, node.end_col_offset)  # type: ignore[attr-defined]
+
+
+_SOURCE: contextvars.ContextVar[Source] = contextvars.ContextVar("adopter_extract_source")
+
+
+def _decode_slice(line: str, start: int, end: int | None) -> str:
+    # ast columns are UTF-8 byte offsets
+    if line.isascii():
+        return line[start:end] if end is not None else line[start:]
+    data = line.encode("utf-8")
+    return (data[start:end] if end is not None else data[start:]).decode("utf-8", "replace")
+
+
+# ---------------------------------------------------------------------------------------------
+# Class discovery
+
+
+@dataclass
+class ClassInfo:
+    node: ast.ClassDef
+    bases: tuple[str, ...]
+    methods: dict[str, ast.FunctionDef] = field(default_factory=dict)
+
+
+def _is_module_class(info: ClassInfo, classes: dict[str, ClassInfo], seen: set[str] | None = None) -> bool:
+    seen = seen or set()
+    if info.node.name in seen:
+        return False
+    seen.add(info.node.name)
+    if "forward" in info.methods:
+        return True
+    for base in info.bases:
+        if base in _MODULE_BASES or base.startswith("torch.nn."):
+            return True
+        short = base.rpartition(".")[2]
+        if short in classes and _is_module_class(classes[short], classes, seen):
+            return True
+        if short.endswith(_MODULE_HINTS):
+            return True
+    return False
+
+
+# ---------------------------------------------------------------------------------------------
+# Extraction of one file
+
+
+def extract_source(text: str, path: str = "<string>", module: str = "") -> FileModel:
+    """Extract the structure of every module class in `text`. A file that does not parse gives a
+    FileModel with one error diagnostic and no classes."""
+    try:
+        tree = ast.parse(text, filename=path)
+    except SyntaxError as exc:
+        line = exc.lineno or 0
+        return FileModel(path, module, (), (Diagnostic(path, line, f"does not parse: {exc.msg}", "error"),))
+    except (ValueError, RecursionError) as exc:  # null bytes, absurd nesting
+        return FileModel(path, module, (), (Diagnostic(path, 0, f"does not parse: {exc}", "error"),))
+    src = Source(text, path)
+    token = _SOURCE.set(src)
+    # Extraction allocates many small objects and frees none: the cyclic collector would only
+    # rescan them (about a tenth of the time), so it is paused for the file.
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _FileExtractor(tree, src, module, path.endswith("__init__.py")).run()
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+        _SOURCE.reset(token)
+
+
+def extract_file(path: str | Path, *, module: str | None = None, display_path: str | None = None) -> FileModel:
+    """Extract one file. `module` defaults to the dotted name found from the package layout;
+    `display_path` (default: the path as given) is what positions and diagnostics name."""
+    p = Path(path)
+    shown = display_path if display_path is not None else str(path)
+    try:
+        raw = p.read_bytes()
+    except OSError as exc:
+        return FileModel(shown, module or "", (), (Diagnostic(shown, 0, f"cannot read: {exc.strerror}", "error"),))
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return FileModel(shown, module or "", (), (Diagnostic(shown, 0, f"not UTF-8 text: {exc.reason}", "error"),))
+    if module is None:
+        module = module_name_for(p)
+    return extract_source(text, shown, module)
+
+
+def iter_python_files(root: Path) -> list[Path]:
+    if root.is_file():
+        return [root]
+    skip = {".git", ".venv", "venv", "node_modules", "__pycache__", ".tox", "build", "dist", ".eggs"}
+    out: list[Path] = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).parts
+        if any(part in skip or part.startswith(".") for part in rel[:-1]):
+            continue
+        out.append(path)
+    return out
+
+
+def extract_path(path: str | Path) -> list[FileModel]:
+    """Extract every Python file in a file or folder (recursively, skipping virtual envs and VCS
+    folders). Positions name files relative to the folder."""
+    root = Path(path)
+    if root.is_file():
+        return [extract_file(root)]
+    return [extract_file(p, display_path=p.relative_to(root).as_posix()) for p in iter_python_files(root)]
+
+
+class _FileExtractor:
+    def __init__(self, tree: ast.Module, src: Source, module: str, is_package: bool) -> None:
+        self.tree = tree
+        self.src = src
+        self.module = module
+        self.imports = Imports(tree, module, is_package)
+        self.functions: dict[str, ast.FunctionDef] = {}
+        self.classes: dict[str, ClassInfo] = {}
+        self.diagnostics: list[Diagnostic] = []
+        self._generators: dict[int, bool] = {}
+        for stmt in tree.body:
+            if isinstance(stmt, ast.FunctionDef):
+                self.functions[stmt.name] = stmt
+            elif isinstance(stmt, ast.ClassDef):
+                bases = tuple(self.imports.qualify(b) or self.src.segment(b) for b in stmt.bases)
+                info = ClassInfo(stmt, bases)
+                for item in stmt.body:
+                    if isinstance(item, ast.FunctionDef):
+                        info.methods[item.name] = item
+                self.classes[stmt.name] = info
+
+    def is_generator(self, fn: ast.FunctionDef) -> bool:
+        known = self._generators.get(id(fn))
+        if known is None:
+            text = self.src.raw(fn)
+            known = "yield" in text and any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in ast.walk(fn))
+            self._generators[id(fn)] = known
+        return known
+
+    def mro(self, name: str) -> list[ClassInfo]:
+        """The class and its bases defined in this file, nearest first."""
+        out: list[ClassInfo] = []
+        todo = [name]
+        while todo:
+            current = todo.pop(0)
+            info = self.classes.get(current)
+            if info is None or info in out:
+                continue
+            out.append(info)
+            for base in info.bases:
+                short = base.rpartition(".")[2]
+                if base == f"{self.module}.{short}" or base == short:
+                    todo.append(short)
+        return out
+
+    def run(self) -> FileModel:
+        classes: list[ClassModel] = []
+        for name, info in self.classes.items():
+            if not _is_module_class(info, self.classes):
+                continue
+            try:
+                classes.append(self.extract_class(name, info))
+            except RecursionError:
+                self.diagnostics.append(Diagnostic(self.src.path, info.node.lineno,
+                                                   f"class {name}: nesting too deep to extract"))
+        return FileModel(self.src.path, self.module, tuple(classes), tuple(self.diagnostics))
+
+    # -- classes ---------------------------------------------------------------------------
+
+    def extract_class(self, name: str, info: ClassInfo) -> ClassModel:
+        chain = self.mro(name)
+        layers: list[LayerDef] = []
+        # layers built by base classes' __init__ first, then this class's own
+        for klass in reversed(chain):
+            init = klass.methods.get("__init__")
+            if init is not None:
+                layers.extend(_InitExtractor(self, init).run())
+        called = _called_self_attrs(info.node, self.src)
+        layers = [layer for layer in layers if layer.type != "?" or layer.attr in called]
+        table: dict[str, list[LayerDef]] = {}
+        for layer in layers:
+            table.setdefault(layer.attr, []).append(layer)
+        methods: list[Method] = []
+        for method_name, fn in info.methods.items():
+            if method_name == "__init__" or _is_static_helper(fn):
+                continue
+            methods.append(_MethodExtractor(self, chain, table, fn).run())
+        return ClassModel(name, info.bases, tuple(layers), tuple(methods), self.src.pos(info.node))
+
+
+def _called_self_attrs(node: ast.ClassDef, src: Source) -> set[str]:
+    """`self.X` attributes that the class's source calls (`self.X(`), found by text for speed."""
+    start = src.offsets()[node.lineno - 1]
+    end = src.offsets()[min(node.end_lineno or node.lineno, len(src.lines))]
+    return {f"self.{m}" for m in re.findall(r"self\.(\w+)\s*\(", src.text[start:end])}
+
+
+def _is_static_helper(fn: ast.FunctionDef) -> bool:
+    for dec in fn.decorator_list:
+        if isinstance(dec, ast.Name) and dec.id in ("property", "staticmethod", "classmethod"):
+            return dec.id == "property"
+    return False
+
+
+# ---------------------------------------------------------------------------------------------
+# __init__: the layer table
+
+
+class _InitExtractor:
+    def __init__(self, fx: _FileExtractor, fn: ast.FunctionDef) -> None:
+        self.fx = fx
+        self.fn = fn
+        self.cond_id = 0
+        self.layers: list[LayerDef] = []
+        self.local_layers: dict[str, LayerDef] = {}  # local name -> layer built into it
+
+    def run(self) -> list[LayerDef]:
+        self.block(self.fn.body, ())
+        return self.layers
+
+    def block(self, body: list[ast.stmt], guard: tuple[Cond, ...]) -> None:
+        for stmt in body:
+            if isinstance(stmt, ast.Assign):
+                for target in stmt.targets:
+                    self.assign(target, stmt.value, guard, stmt)
+            elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
+                self.assign(stmt.target, stmt.value, guard, stmt)
+            elif isinstance(stmt, ast.If):
+                cid = self.cond_id
+                self.cond_id += 1
+                text = self.fx.src.segment(stmt.test)
+                self.block(stmt.body, (*guard, Cond(cid, text, True)))
+                self.block(stmt.orelse, (*guard, Cond(cid, text, False)))
+            elif isinstance(stmt, (ast.For, ast.While, ast.With, ast.Try)):
+                self.block(stmt.body, guard)
+                if isinstance(stmt, ast.Try):
+                    for handler in stmt.handlers:
+                        self.block(handler.body, guard)
+            elif isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+                self.call_statement(stmt.value, guard)
+
+    def call_statement(self, call: ast.Call, guard: tuple[Cond, ...]) -> None:
+        # self.layers.append(nn.Linear(...)) / self.add_module("name", nn.Linear(...))
+        func = call.func
+        if not isinstance(func, ast.Attribute):
+            return
+        owner = _self_attr(func.value)
+        if func.attr == "append" and owner and call.args:
+            item = self.layer(f"{owner}[*]", call.args[0], guard, call)
+            if item is not None:
+                self.layers.append(item)
+        elif func.attr == "register_buffer" and isinstance(func.value, ast.Name) and func.value.id == "self" \
+                and len(call.args) >= 2 and isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, str):
+            self.layers.append(LayerDef(f"self.{call.args[0].value}", "buffer", (), (), (), guard, self.fx.src.pos(call)))
+        elif func.attr == "add_module" and isinstance(func.value, ast.Name) and func.value.id == "self" \
+                and len(call.args) >= 2 and isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, str):
+            item = self.layer(f"self.{call.args[0].value}", call.args[1], guard, call)
+            if item is not None:
+                self.layers.append(item)
+
+    def assign(self, target: ast.expr, value: ast.expr, guard: tuple[Cond, ...], stmt: ast.stmt) -> None:
+        attr = _self_attr(target)
+        if attr is None:
+            if isinstance(target, ast.Name):
+                built = self.layer(target.id, value, guard, stmt)
+                if built is not None and built.type != "?":
+                    self.local_layers[target.id] = built
+                else:
+                    self.local_layers.pop(target.id, None)
+            return
+        built = self.layer(attr, value, guard, stmt)
+        if built is not None:
+            self.layers.append(built)
+
+    def layer(self, attr: str, value: ast.expr, guard: tuple[Cond, ...], at: ast.AST) -> LayerDef | None:
+        """A LayerDef for `attr = value`, or None when `value` builds no module."""
+        fx = self.fx
+        pos = fx.src.pos(at)
+        if isinstance(value, ast.Call):
+            callee = fx.imports.qualify(value.func)
+            if callee is not None and _not_a_module(callee):
+                return None
+            if callee is None:
+                if isinstance(value.func, ast.Subscript):  # ACT2FN["gelu"](...) style
+                    callee = self.subscript_type(value.func)
+                if callee is None:
+                    return None
+            args = tuple(self.operand(a) for a in value.args)
+            kwargs = tuple((k.arg or "**", self.operand(k.value)) for k in value.keywords)
+            items: tuple[LayerDef, ...] = ()
+            if callee in ("torch.nn.ModuleList", "torch.nn.Sequential") and value.args:
+                items = self.container_items(attr, value.args if callee == "torch.nn.Sequential" else value.args[:1],
+                                             guard, callee)
+                args = () if items else args
+            return LayerDef(attr, callee, args, kwargs, items, guard, pos)
+        if isinstance(value, ast.Subscript):
+            kind = self.subscript_type(value)
+            if kind is not None:
+                return LayerDef(attr, kind, (), (), (), guard, pos)
+            return None
+        if isinstance(value, ast.Name) and value.id in self.local_layers:
+            local = self.local_layers[value.id]
+            return LayerDef(attr, local.type, local.args, local.kwargs, local.items, guard, pos)
+        other = _self_attr(value)
+        if other is not None:
+            # attribute assigned from another attribute: the same module under two names
+            for previous in reversed(self.layers):
+                if previous.attr == other:
+                    return LayerDef(attr, previous.type, previous.args, previous.kwargs, previous.items, guard, pos)
+            return None
+        if isinstance(value, ast.Attribute) and _mentions_config(value):
+            # a module chosen by configuration (`self.act = config.hidden_act`): type unknown
+            return LayerDef(attr, "?", (Sym(fx.src.segment(value)),), (), (), guard, pos)
+        return None
+
+    def subscript_type(self, value: ast.Subscript) -> str | None:
+        base = self.fx.imports.qualify(value.value)
+        if base is None:
+            return None
+        short = base.rpartition(".")[2]
+        if short.isupper() or short.endswith(("FN", "2FN", "_MAP", "CLASSES")):  # activation tables
+            return f"{base}[{self.fx.src.segment(value.slice)}]"
+        return None
+
+    def container_items(self, attr: str, args: list[ast.expr], guard: tuple[Cond, ...],
+                        callee: str) -> tuple[LayerDef, ...]:
+        items: list[LayerDef] = []
+        elements: list[ast.expr] = []
+        repeated = False
+        for arg in args:
+            if isinstance(arg, (ast.List, ast.Tuple)):
+                elements.extend(arg.elts)
+            elif isinstance(arg, (ast.ListComp, ast.GeneratorExp)):
+                elements.append(arg.elt)
+                repeated = True
+            elif isinstance(arg, ast.Starred):
+                return ()
+            else:
+                elements.append(arg)
+        for i, element in enumerate(elements):
+            sub = self.layer(f"{attr}[*]" if repeated else f"{attr}[{i}]", element, guard, element)
+            if sub is None:
+                return ()
+            items.append(sub)
+        return tuple(items)
+
+    def operand(self, expr: ast.expr) -> Operand:
+        return _const_or_sym(expr, self.fx.src)
+
+
+_NOT_MODULES = {"int", "float", "str", "bool", "tuple", "list", "dict", "set", "len", "max", "min", "round",
+                "getattr", "range", "sum", "abs", "isinstance", "super", "frozenset", "sorted", "type"}
+
+
+def _not_a_module(callee: str) -> bool:
+    """Constructions that build plain Python values (builtins, math). Parameters and tensors
+    (`nn.Parameter`, `torch.zeros`) stay in the table: they tell a tensor from a number."""
+    return callee in _NOT_MODULES or callee.startswith(("math.", "numpy.", "np."))
+
+
+def _self_attr(expr: ast.expr) -> str | None:
+    if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self":
+        return f"self.{expr.attr}"
+    return None
+
+
+def _mentions_config(expr: ast.expr) -> bool:
+    while isinstance(expr, ast.Attribute):
+        expr = expr.value
+    return isinstance(expr, ast.Name) and "config" in expr.id
+
+
+def _const_or_sym(expr: ast.expr, src: Source) -> Operand:
+    value = _literal(expr)
+    if value is not _NOT_LITERAL:
+        return Const(value)
+    return Sym(src.segment(expr))
+
+
+_NOT_LITERAL = object()
+
+
+def _literal(expr: ast.expr) -> object:
+    if isinstance(expr, ast.Constant):
+        value = expr.value
+        if isinstance(value, (int, float, str, bool)) or value is None or value is Ellipsis:
+            if isinstance(value, float) and value != value:  # NaN never equals itself
+                return _NOT_LITERAL
+            return value
+        return _NOT_LITERAL
+    if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.USub) and isinstance(expr.operand, ast.Constant):
+        value = expr.operand.value
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return -value
+        return _NOT_LITERAL
+    if isinstance(expr, ast.Tuple):
+        items = tuple(_literal(e) for e in expr.elts)
+        if any(i is _NOT_LITERAL for i in items):
+            return _NOT_LITERAL
+        return items
+    return _NOT_LITERAL
+
+
+# ---------------------------------------------------------------------------------------------
+# Methods: DL nodes, data flow, control flow, inlining
+
+
+class _Scope:
+    """Name bindings inside one (possibly inlined) function body."""
+
+    def __init__(self, env: dict[str, str], layers: dict[str, str], self_class: list[ClassInfo] | None) -> None:
+        self.env = env  # python name -> current SSA name
+        self.layers = layers  # python name -> layer target (for `layer = self.layers[i]`)
+        self.self_class = self_class  # MRO when `self` is the module, None in a plain function
+        self.returns: list[tuple[Operand, tuple[Cond, ...]]] = []
+
+
+class _Terminated(Exception):
+    pass
+
+
+class _MethodExtractor:
+    def __init__(self, fx: _FileExtractor, chain: list[ClassInfo], table: dict[str, list[LayerDef]],
+                 fn: ast.FunctionDef) -> None:
+        self.fx = fx
+        self.src = fx.src
+        self.chain = chain
+        self.table = table
+        self.fn = fn
+        self.nodes: list[Node] = []
+        self.notes: list[str] = []
+        self.versions: dict[str, int] = {}
+        self.kinds: dict[str, str] = {}  # SSA name -> "scalar" when known to be a Python number
+        self.cond_count = 0
+        self.temp_count = 0
+        self.via: tuple[Pos, ...] = ()
+        self.inline_stack: list[str] = []
+        self.generated: set[str] = set()  # temporaries and merge results made up by extraction
+
+    # -- names ------------------------------------------------------------------------------
+
+    def fresh(self, base: str) -> str:
+        n = self.versions.get(base)
+        if n is None:
+            self.versions[base] = 0
+            return base
+        self.versions[base] = n + 1
+        return f"{base}.{n + 1}"
+
+    def temp(self) -> str:
+        while True:
+            self.temp_count += 1
+            name = f"_t{self.temp_count}"
+            if name not in self.src.temp_like_names():
+                self.generated.add(name)
+                return name
+
+    def new_cond(self, test: ast.expr | None, text: str | None = None) -> int:
+        cid = self.cond_count
+        self.cond_count += 1
+        return cid
+
+    # -- entry ------------------------------------------------------------------------------
+
+    def run(self) -> Method:
+        fn = self.fn
+        params, env = self.bind_params(fn, skip_self=True)
+        scope = _Scope(env, {}, self.chain)
+        try:
+            self.block(fn.body, scope, ())
+        except _Terminated:
+            pass
+        except RecursionError:
+            self.notes.append("expression nesting too deep; extraction stopped")
+        return Method(fn.name, params, tuple(self.nodes), self.src.pos(fn), tuple(self.notes))
+
+    def bind_params(self, fn: ast.FunctionDef, skip_self: bool) -> tuple[tuple[Param, ...], dict[str, str]]:
+        args = fn.args
+        params: list[Param] = []
+        env: dict[str, str] = {}
+        positional = [*args.posonlyargs, *args.args]
+        defaults: list[ast.expr | None] = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
+        for i, (arg, default) in enumerate(zip(positional, defaults, strict=True)):
+            if i == 0 and skip_self and arg.arg in ("self", "cls"):
+                continue
+            params.append(Param(arg.arg, _const_or_sym(default, self.src) if default is not None else None))
+            env[arg.arg] = self.fresh(arg.arg)
+            if default is not None and isinstance(_literal(default), (int, float)) and not isinstance(_literal(default), bool):
+                self.kinds[env[arg.arg]] = "scalar"
+        if args.vararg:
+            params.append(Param(args.vararg.arg, None, "vararg"))
+            env[args.vararg.arg] = self.fresh(args.vararg.arg)
+        for arg, default in zip(args.kwonlyargs, args.kw_defaults, strict=True):
+            params.append(Param(arg.arg, _const_or_sym(default, self.src) if default is not None else None, "kwonly"))
+            env[arg.arg] = self.fresh(arg.arg)
+        if args.kwarg:
+            params.append(Param(args.kwarg.arg, None, "varkw"))
+            env[args.kwarg.arg] = self.fresh(args.kwarg.arg)
+        return tuple(params), env
+
+    # -- emitting ----------------------------------------------------------------------------
+
+    def emit(self, kind: str, op: str, inputs: tuple[Operand, ...], kwargs: tuple[tuple[str, Operand], ...],
+             guard: tuple[Cond, ...], at: ast.AST, target: str | None = None, n_out: int = 1,
+             outputs: tuple[str, ...] | None = None) -> tuple[str, ...]:
+        if outputs is None:
+            outputs = tuple(self.temp() for _ in range(n_out))
+        self.nodes.append(Node(kind, op, inputs, kwargs, outputs, target, guard, self.src.pos(at), self.via))
+        return outputs
+
+    # -- statements --------------------------------------------------------------------------
+
+    def block(self, body: list[ast.stmt], scope: _Scope, guard: tuple[Cond, ...]) -> tuple[Cond, ...]:
+        """Extract a statement list. Returns the guard in force after it (an `if` whose branch
+        returns narrows the rest of the block to the other branch). Raises _Terminated when the
+        block always leaves (return/raise on every path)."""
+        for stmt in body:
+            guard = self.statement(stmt, scope, guard)
+        return guard
+
+    def statement(self, stmt: ast.stmt, scope: _Scope, guard: tuple[Cond, ...]) -> tuple[Cond, ...]:
+        if isinstance(stmt, ast.Assign):
+            value = self.expr(stmt.value, scope, guard)
+            for target in stmt.targets:
+                self.bind(target, value, stmt.value, scope, guard, stmt)
+        elif isinstance(stmt, ast.AnnAssign):
+            if stmt.value is not None:
+                value = self.expr(stmt.value, scope, guard)
+                self.bind(stmt.target, value, stmt.value, scope, guard, stmt)
+        elif isinstance(stmt, ast.AugAssign):
+            current = self.expr(stmt.target, scope, guard)
+            right = self.expr(stmt.value, scope, guard)
+            value = self.binary(type(stmt.op).__name__, current, right, guard, stmt, scope)
+            self.bind(stmt.target, value, stmt.value, scope, guard, stmt)
+        elif isinstance(stmt, ast.Return):
+            value = self.expr(stmt.value, scope, guard) if stmt.value is not None else Const(None)
+            if self.inline_stack:
+                scope.returns.append((value, guard))
+            else:
+                self.emit("return", "return", (value,), (), guard, stmt, outputs=())
+            raise _Terminated
+        elif isinstance(stmt, ast.Raise):
+            raise _Terminated
+        elif isinstance(stmt, ast.If):
+            return self.if_statement(stmt, scope, guard)
+        elif isinstance(stmt, (ast.For, ast.AsyncFor)):
+            self.for_statement(stmt, scope, guard)
+        elif isinstance(stmt, ast.While):
+            self.loop_body(stmt, stmt.body, scope, guard, self.src.segment(stmt.test), None)
+        elif isinstance(stmt, (ast.With, ast.AsyncWith)):
+            for item in stmt.items:
+                if _has_data(item.context_expr, scope):
+                    self.expr(item.context_expr, scope, guard)
+            return self.block(stmt.body, scope, guard)
+        elif isinstance(stmt, ast.Try):
+            return self.try_statement(stmt, scope, guard)
+        elif isinstance(stmt, ast.Expr):
+            if isinstance(stmt.value, (ast.Yield, ast.YieldFrom)):
+                inner = stmt.value.value
+                value = self.expr(inner, scope, guard) if inner is not None else Const(None)
+                self.emit("yield", "yield", (value,), (), guard, stmt, outputs=())
+            elif not isinstance(stmt.value, ast.Constant):  # docstrings
+                self.expr(stmt.value, scope, guard)
+        elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            self.notes.append(f"line {stmt.lineno}: nested definition {stmt.name!r} not followed")
+            scope.env.pop(stmt.name, None)
+        elif isinstance(stmt, (ast.Pass, ast.Assert, ast.Delete, ast.Global, ast.Nonlocal, ast.Import,
+                               ast.ImportFrom, ast.Break, ast.Continue)):
+            pass
+        elif isinstance(stmt, ast.Match):
+            self.notes.append(f"line {stmt.lineno}: match statement not followed")
+        return guard
+
+    def if_statement(self, stmt: ast.If, scope: _Scope, guard: tuple[Cond, ...]) -> tuple[Cond, ...]:
+        if _has_data(stmt.test, scope):
+            self.expr(stmt.test, scope, guard)
+        text = self.src.segment(stmt.test)
+        if self.cond_count >= MAX_CONDS_PER_METHOD:
+            self.notes.append(f"line {stmt.lineno}: more than {MAX_CONDS_PER_METHOD} branches; later ones flattened")
+            guard = self.block(stmt.body, scope, guard)
+            return self.block(stmt.orelse, scope, guard)
+        cid = self.new_cond(stmt.test)
+        yes, no = Cond(cid, text, True), Cond(cid, text, False)
+        before = dict(scope.env)
+        layers_before = dict(scope.layers)
+        ended_yes = ended_no = False
+        try:
+            self.block(stmt.body, scope, (*guard, yes))
+        except _Terminated:
+            ended_yes = True
+        env_yes = scope.env
+        scope.env = dict(before)
+        scope.layers = dict(layers_before)
+        try:
+            self.block(stmt.orelse, scope, (*guard, no))
+        except _Terminated:
+            ended_no = True
+        env_no = scope.env
+        if ended_yes and ended_no:
+            raise _Terminated
+        if ended_yes:
+            scope.env = env_no
+            return (*guard, no)
+        if ended_no:
+            scope.env = env_yes
+            return (*guard, yes)
+        scope.env = self.merge(before, env_yes, env_no, guard, stmt)
+        return guard
+
+    def merge(self, before: dict[str, str], a: dict[str, str], b: dict[str, str], guard: tuple[Cond, ...],
+              at: ast.AST) -> dict[str, str]:
+        merged = dict(before)
+        for name in sorted(set(a) | set(b), key=lambda n: (n not in before, n)):
+            va, vb = a.get(name), b.get(name)
+            if va == vb or va is None or vb is None:
+                # defined on one side only: later uses read that definition (on the other path
+                # the name is unbound, so no use can be reached there)
+                if va is not None or vb is not None:
+                    merged[name] = va if va is not None else vb  # type: ignore[assignment]
+                continue
+            inputs = tuple(Var(v) for v in (va, vb) if v is not None)
+            out = self.fresh(name)
+            if all(self.kinds.get(v.name) == "scalar" for v in inputs):
+                self.kinds[out] = "scalar"
+            self.nodes.append(Node("phi", "phi", inputs, (), (out,), None, guard, None, self.via))
+            merged[name] = out
+        return merged
+
+    def for_statement(self, stmt: ast.For | ast.AsyncFor, scope: _Scope, guard: tuple[Cond, ...]) -> None:
+        text = f"for {self.src.segment(stmt.target)} in {self.src.segment(stmt.iter)}"
+        element_target = self.iter_layer_target(stmt.iter)
+        self.loop_body(stmt, stmt.body, scope, guard, text, (stmt.target, stmt.iter, element_target))
+
+    def iter_layer_target(self, iterable: ast.expr) -> str | None:
+        # for layer in self.layers / for i, layer in enumerate(self.layers) / zip(...)
+        if isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Name) and iterable.func.id == "enumerate" \
+                and iterable.args:
+            inner = self.iter_layer_target(iterable.args[0])
+            return f"enumerate:{inner}" if inner else None
+        attr = _self_attr(iterable)
+        if attr is not None and attr in self.table:
+            return f"{attr}[*]"
+        return None
+
+    def loop_body(self, stmt: ast.stmt, body: list[ast.stmt], scope: _Scope, guard: tuple[Cond, ...], text: str,
+                  loop: tuple[ast.expr, ast.expr, str | None] | None) -> None:
+        cid = self.new_cond(None)
+        inside = (*guard, Cond(cid, text, True))
+        before = dict(scope.env)
+        layers_before = dict(scope.layers)
+        if loop is not None:
+            target, iterable, element = loop
+            if element is not None:
+                names = target
+                if element.startswith("enumerate:") and isinstance(target, ast.Tuple) and len(target.elts) == 2:
+                    names = target.elts[1]
+                    element = element[len("enumerate:"):]
+                    self.bind(target.elts[0], Const(0), None, scope, inside, stmt, kind="scalar")
+                if isinstance(names, ast.Name):
+                    scope.layers[names.id] = element
+                    scope.env.pop(names.id, None)
+            else:
+                value = self.expr(iterable, scope, guard) if _has_data(iterable, scope) else None
+                if value is not None:
+                    out = self.emit("op", "iter", (value,), (), inside, iterable)
+                    self.bind(target, Var(out[0]), iterable, scope, inside, stmt)
+                else:
+                    for name in _names(target):
+                        scope.env.pop(name, None)
+        try:
+            self.block(body, scope, inside)
+        except _Terminated:
+            scope.env = dict(before)
+        scope.layers = layers_before
+        scope.env = self.merge(before, scope.env, before, guard, stmt)
+
+    def try_statement(self, stmt: ast.Try, scope: _Scope, guard: tuple[Cond, ...]) -> tuple[Cond, ...]:
+        try:
+            guard = self.block(stmt.body, scope, guard)
+            guard = self.block(stmt.orelse, scope, guard)
+        except _Terminated:
+            if not stmt.finalbody:
+                raise
+        return self.block(stmt.finalbody, scope, guard)
+
+    # -- binding -------------------------------------------------------------------------------
+
+    def bind(self, target: ast.expr, value: Operand, value_expr: ast.expr | None, scope: _Scope,
+             guard: tuple[Cond, ...], at: ast.AST, kind: str | None = None) -> None:
+        if isinstance(target, ast.Name):
+            # `layer = self.layers[i]`: a local name for a module
+            if value_expr is not None:
+                layer_target = self.layer_target(value_expr, scope)
+                if layer_target is not None:
+                    scope.layers[target.id] = layer_target
+                    scope.env.pop(target.id, None)
+                    return
+            scope.layers.pop(target.id, None)
+            name = self.fresh(target.id)
+            if isinstance(value, Var):
+                # rename the producing node's output when it is a fresh temporary
+                last = self.nodes[-1] if self.nodes else None
+                if last is not None and last.outputs == (value.name,) and value.name in self.generated:
+                    self.nodes[-1] = _with_outputs(last, (name,))
+                    if value.name in self.kinds:
+                        self.kinds[name] = self.kinds.pop(value.name)
+                else:
+                    self.emit("op", "assign", (value,), (), guard, at, outputs=(name,))
+                    if value.name in self.kinds:
+                        self.kinds[name] = self.kinds[value.name]
+            else:
+                self.emit("op", "assign", (value,), (), guard, at, outputs=(name,))
+                if isinstance(value, Const) and isinstance(value.value, (int, float)):
+                    self.kinds[name] = "scalar"
+                elif isinstance(value, Sym):
+                    self.kinds[name] = "scalar"
+            if kind:
+                self.kinds[name] = kind
+            scope.env[target.id] = name
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            names = target.elts
+            if isinstance(value, Seq) and len(value.items) == len(names) and not any(isinstance(n, ast.Starred) for n in names):
+                for sub, item in zip(names, value.items, strict=True):
+                    self.bind(sub, item, None, scope, guard, at)
+                return
+            if all(isinstance(n, ast.Name) for n in names):
+                outs = tuple(self.fresh(n.id) for n in names)  # type: ignore[attr-defined]
+                last = self.nodes[-1] if self.nodes else None
+                if isinstance(value, Var) and last is not None and last.outputs == (value.name,) \
+                        and value.name in self.generated:
+                    self.nodes[-1] = _with_outputs(last, outs)
+                else:
+                    self.emit("op", "unpack", (value,), (), guard, at, outputs=outs)
+                for n, out in zip(names, outs, strict=True):
+                    scope.env[n.id] = out  # type: ignore[attr-defined]
+                    scope.layers.pop(n.id, None)  # type: ignore[attr-defined]
+                return
+            for i, sub in enumerate(names):
+                if isinstance(sub, ast.Starred):
+                    sub = sub.value
+                item = self.emit("op", "getitem", (value, Const(i)), (), guard, at)
+                self.bind(sub, Var(item[0]), None, scope, guard, at)
+        elif isinstance(target, ast.Attribute):
+            owner = _self_attr(target)
+            if owner is not None or isinstance(target.value, ast.Name) and target.value.id == "self":
+                self.emit("store", "store", (value,), (), guard, at, target=self.src.segment(target), outputs=())
+            elif _has_data(target.value, scope):
+                obj = self.expr(target.value, scope, guard)
+                self.emit("store", "setattr", (obj, Const(target.attr), value), (), guard, at, outputs=())
+        elif isinstance(target, ast.Subscript):
+            if _has_data(target.value, scope) and isinstance(target.value, ast.Name):
+                obj = self.expr(target.value, scope, guard)
+                index = self.expr(target.slice, scope, guard)
+                name = self.fresh(target.value.id)
+                self.emit("op", "setitem", (obj, index, value), (), guard, at, outputs=(name,))
+                scope.env[target.value.id] = name
+            elif _self_attr(target.value) is not None:
+                self.emit("store", "store", (value,), (), guard, at, target=self.src.segment(target), outputs=())
+        elif isinstance(target, ast.Starred):
+            self.bind(target.value, value, value_expr, scope, guard, at)
+
+    def layer_target(self, expr: ast.expr, scope: _Scope) -> str | None:
+        """The layer a callee expression names: `self.query`, `self.layers[i]`, a local alias."""
+        if isinstance(expr, ast.Name):
+            return scope.layers.get(expr.id)
+        if scope.self_class is None:
+            return None
+        attr = _self_attr(expr)
+        if attr is not None:
+            return attr if attr in self.table else None
+        if isinstance(expr, ast.Subscript):
+            base = self.layer_target(expr.value, scope) if not isinstance(expr.value, ast.Name) else scope.layers.get(expr.value.id)
+            if base is None:
+                return None
+            index = _literal(expr.slice)
+            specific = f"{base}[{index}]" if isinstance(index, int) and not isinstance(index, bool) else None
+            if specific and self.lookup_layer(specific):
+                return specific
+            if isinstance(index, str):
+                keyed = f"{base}[{index!r}]"
+                if self.lookup_layer(keyed):
+                    return keyed
+            return f"{base}[*]"
+        if isinstance(expr, ast.Attribute):
+            base = self.layer_target(expr.value, scope)
+            if base is not None:
+                return f"{base}.{expr.attr}"
+        return None
+
+    def lookup_layer(self, target: str) -> LayerDef | None:
+        """The LayerDef for a target path, looking inside ModuleList/Sequential items."""
+        defs = self.table.get(target)
+        if defs:
+            return defs[-1]
+        if target.endswith("]"):
+            base, _, index = target[:-1].rpartition("[")
+            parent = self.lookup_layer(base)
+            if parent is not None and parent.items:
+                if index == "*" or len(parent.items) == 1:
+                    return parent.items[0] if len(parent.items) == 1 or index == "*" and _uniform(parent.items) else None
+                for item in parent.items:
+                    if item.attr == target:
+                        return item
+        return None
+
+    def layer_type(self, target: str) -> str:
+        defs = self.table.get(target)
+        if defs:
+            known = [d.type for d in defs if d.type != "?"]
+            return known[0] if known else "?"
+        found = self.lookup_layer(target)
+        return found.type if found is not None else "?"
+
+    # -- expressions -----------------------------------------------------------------------
+
+    def expr(self, e: ast.expr | None, scope: _Scope, guard: tuple[Cond, ...]) -> Operand:
+        """Emit the nodes computing `e`; return the operand holding its value."""
+        if e is None:
+            return Const(None)
+        if isinstance(e, ast.Name):
+            ssa = scope.env.get(e.id)
+            if ssa is not None:
+                return Var(ssa)
+            if e.id in scope.layers:
+                return Sym(scope.layers[e.id])
+            return Sym(e.id)
+        if not _has_data(e, scope):
+            literal = _literal(e)
+            if literal is not _NOT_LITERAL:
+                return Const(literal)
+            if isinstance(e, ast.Call) and self.callable_is_layer_or_inlinable(e.func, scope):
+                pass  # a layer called on no data (e.g. self.embed(self.position_ids)) is still a node
+            else:
+                return Sym(self.src.segment(e))
+        if isinstance(e, ast.Call):
+            return self.call(e, scope, guard)
+        if isinstance(e, ast.BinOp):
+            left = self.expr(e.left, scope, guard)
+            right = self.expr(e.right, scope, guard)
+            return self.binary(type(e.op).__name__, left, right, guard, e, scope)
+        if isinstance(e, ast.UnaryOp):
+            operand = self.expr(e.operand, scope, guard)
+            if isinstance(e.op, ast.USub) and isinstance(operand, Const) and isinstance(operand.value, (int, float)):
+                return Const(-operand.value)
+            out = self.emit("op", C.UNARY[type(e.op).__name__], (operand,), (), guard, e)
+            if isinstance(operand, Var) and self.kinds.get(operand.name) == "scalar":
+                self.kinds[out[0]] = "scalar"
+            return Var(out[0])
+        if isinstance(e, ast.Attribute):
+            obj = self.expr(e.value, scope, guard)
+            out = self.emit("op", "getattr", (obj, Const(e.attr)), (), guard, e)
+            return Var(out[0])
+        if isinstance(e, ast.Subscript):
+            obj = self.expr(e.value, scope, guard)
+            index = self.expr(e.slice, scope, guard) if _has_data(e.slice, scope) else self.index_operand(e.slice)
+            out = self.emit("op", "getitem", (obj, index), (), guard, e)
+            if isinstance(obj, Var) and (self.kinds.get(obj.name) == "shape" and isinstance(index, Const)
+                                         and isinstance(index.value, int)):
+                self.kinds[out[0]] = "scalar"
+            elif isinstance(obj, Var) and self.kinds.get(obj.name) == "shape":
+                self.kinds[out[0]] = "shape"
+            return Var(out[0])
+        if isinstance(e, (ast.Tuple, ast.List)):
+            items = tuple(self.expr(item.value if isinstance(item, ast.Starred) else item, scope, guard)
+                          for item in e.elts)
+            return Seq(items, "list" if isinstance(e, ast.List) else "tuple")
+        if isinstance(e, ast.IfExp):
+            return self.if_expression(e, scope, guard)
+        if isinstance(e, ast.Compare):
+            left = self.expr(e.left, scope, guard)
+            rights = [self.expr(c, scope, guard) for c in e.comparators]
+            op = "compare:" + ",".join(type(o).__name__.lower() for o in e.ops)
+            out = self.emit("op", op, (left, *rights), (), guard, e)
+            return Var(out[0])
+        if isinstance(e, ast.BoolOp):
+            values = tuple(self.expr(v, scope, guard) for v in e.values)
+            out = self.emit("op", type(e.op).__name__.lower(), values, (), guard, e)
+            return Var(out[0])
+        if isinstance(e, ast.Starred):
+            return self.expr(e.value, scope, guard)
+        if isinstance(e, ast.NamedExpr):
+            value = self.expr(e.value, scope, guard)
+            self.bind(e.target, value, e.value, scope, guard, e)
+            return Var(scope.env[e.target.id]) if e.target.id in scope.env else value
+        # comprehensions, lambdas, f-strings, dicts, ... over data: one opaque node
+        inputs = tuple(Var(scope.env[n]) for n in _data_names(e, scope))
+        kind = type(e).__name__.lower()
+        out = self.emit("op", kind, inputs, (("text", Sym(self.src.segment(e))),), guard, e)
+        return Var(out[0])
+
+    def index_operand(self, index: ast.expr) -> Operand:
+        literal = _literal(index)
+        if literal is not _NOT_LITERAL:
+            return Const(literal)
+        return Sym(self.src.segment(index))
+
+    def if_expression(self, e: ast.IfExp, scope: _Scope, guard: tuple[Cond, ...]) -> Operand:
+        if _has_data(e.test, scope):
+            self.expr(e.test, scope, guard)
+        cid = self.new_cond(e.test)
+        text = self.src.segment(e.test)
+        yes = self.expr(e.body, scope, (*guard, Cond(cid, text, True)))
+        no = self.expr(e.orelse, scope, (*guard, Cond(cid, text, False)))
+        out = self.fresh("_if")
+        self.generated.add(out)
+        inputs: list[Operand] = []
+        for value, taken in ((yes, True), (no, False)):
+            if isinstance(value, Var):
+                inputs.append(value)
+            else:
+                tmp = self.emit("op", "assign", (value,), (), (*guard, Cond(cid, text, taken)), e)
+                inputs.append(Var(tmp[0]))
+        self.nodes.append(Node("phi", "phi", tuple(inputs), (), (out,), None, guard, None, self.via))
+        return Var(out)
+
+    def binary(self, opname: str, left: Operand, right: Operand, guard: tuple[Cond, ...], at: ast.AST,
+               scope: _Scope) -> Operand:
+        op = C.BINARY.get(opname, opname.lower())
+        left_scalar = self.is_scalar(left)
+        right_scalar = self.is_scalar(right)
+        if left_scalar and right_scalar:
+            out = self.emit("op", op, (left, right), (), guard, at)
+            self.kinds[out[0]] = "scalar"
+            return Var(out[0])
+        if op in ("mul", "div") and (right_scalar or left_scalar and op == "mul"):
+            # a tensor times or over a number: one `scale` node. The factor is kept as written;
+            # `inverse` says it divides. `x * d ** -0.5`, `x / math.sqrt(d)`, `x * self.scale`.
+            tensor, factor = (left, right) if right_scalar else (right, left)
+            kwargs: tuple[tuple[str, Operand], ...] = (("inverse", Const(True)),) if op == "div" else ()
+            out = self.emit("op", "scale", (tensor, factor), kwargs, guard, at)
+            return Var(out[0])
+        out = self.emit("op", op, (left, right), (), guard, at)
+        return Var(out[0])
+
+    def is_scalar(self, operand: Operand) -> bool:
+        if isinstance(operand, Const):
+            return isinstance(operand.value, (int, float)) and not isinstance(operand.value, bool)
+        if isinstance(operand, Sym):
+            # `self.scale`, `config.x`, `math.sqrt(d)`: not data. A module parameter/buffer
+            # registered in __init__ would be in the layer table and is not a scalar.
+            text = operand.text
+            if text.startswith("self.") and text.partition("(")[0] in self.table:
+                return False
+            return not text.startswith(("torch.", "self.weight", "self.bias"))
+        return self.kinds.get(operand.name) == "scalar" if isinstance(operand, Var) else False
+
+    # -- calls ---------------------------------------------------------------------------------
+
+    def callable_is_layer_or_inlinable(self, func: ast.expr, scope: _Scope) -> bool:
+        if self.layer_target(func, scope) is not None:
+            return True
+        return False
+
+    def call(self, e: ast.Call, scope: _Scope, guard: tuple[Cond, ...]) -> Operand:
+        func = e.func
+        # 1. a layer: self.query(x), self.layers[i](x), layer(x)
+        target = self.layer_target(func, scope)
+        if target is not None:
+            return self.layer_call(target, e, scope, guard)
+        # 2. a helper method of this module: self.transpose_for_scores(x)
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self" \
+                and scope.self_class is not None:
+            helper = self.find_method(func.attr)
+            if helper is not None and func.attr != "forward":
+                inlined = self.inline(helper, e, scope, guard, bound_self=True)
+                if inlined is not None:
+                    return inlined
+        # 3. a module-level function of this file
+        if isinstance(func, ast.Name) and func.id not in scope.env and func.id in self.fx.functions:
+            inlined = self.inline(self.fx.functions[func.id], e, scope, guard, bound_self=False)
+            if inlined is not None:
+                return inlined
+        # 4. a tensor method: x.view(...), x.softmax(-1)
+        if isinstance(func, ast.Attribute) and _has_data(func.value, scope):
+            receiver = self.expr(func.value, scope, guard)
+            return self.op_call(func.attr, True, receiver, e, scope, guard)
+        # 5. a function: torch.matmul(a, b), F.softmax(x, dim=-1), math.sqrt(d)
+        name = self.fx.imports.qualify(func)
+        if name is None:
+            callee = self.expr(func, scope, guard)
+            args, kwargs = self.arguments(e, scope, guard)
+            out = self.emit("op", "call", (callee, *args), kwargs, guard, e)
+            return Var(out[0])
+        return self.op_call(name, False, None, e, scope, guard)
+
+    def arguments(self, e: ast.Call, scope: _Scope, guard: tuple[Cond, ...]) -> tuple[tuple[Operand, ...], tuple[tuple[str, Operand], ...]]:
+        args = tuple(self.expr(a.value if isinstance(a, ast.Starred) else a, scope, guard) for a in e.args)
+        kwargs = tuple((k.arg or "**", self.expr(k.value, scope, guard)) for k in e.keywords)
+        return args, kwargs
+
+    def op_call(self, name: str, is_method: bool, receiver: Operand | None, e: ast.Call, scope: _Scope,
+                guard: tuple[Cond, ...]) -> Operand:
+        args, kwargs = self.arguments(e, scope, guard)
+        if is_method:
+            canonical = C.METHODS.get(name)
+            op = canonical or f".{name}"
+            inputs: tuple[Operand, ...] = (receiver, *args)  # type: ignore[arg-type]
+        else:
+            canonical = C.FUNCTIONS.get(name)
+            op = canonical or name
+            inputs = args
+        if canonical is not None:
+            inputs, kwargs = _normalize_signature(canonical, inputs, kwargs)
+        out = self.emit("op", op, inputs, kwargs, guard, e)
+        if (is_method and (name in C.SCALAR_METHODS or name == "size" and args)) or \
+                (not is_method and name in C.SCALAR_FUNCTIONS):
+            self.kinds[out[0]] = "scalar"
+        elif (is_method and name == "size" and not args) or op == "getattr":
+            self.kinds[out[0]] = "shape"
+        return Var(out[0])
+
+    def layer_call(self, target: str, e: ast.Call, scope: _Scope, guard: tuple[Cond, ...]) -> Operand:
+        layer = self.lookup_layer(target)
+        if layer is not None and layer.type == "torch.nn.Sequential" and layer.items and len(e.args) == 1 \
+                and not e.keywords:
+            # calling a Sequential runs its items in order
+            value = self.expr(e.args[0], scope, guard)
+            for item in layer.items:
+                out = self.emit("layer", item.type, (value,), (), guard, e, target=item.attr)
+                value = Var(out[0])
+            return value
+        args, kwargs = self.arguments(e, scope, guard)
+        out = self.emit("layer", self.layer_type(target), args, kwargs, guard, e, target=target)
+        return Var(out[0])
+
+    def find_method(self, name: str) -> ast.FunctionDef | None:
+        for klass in self.chain:
+            fn = klass.methods.get(name)
+            if fn is not None:
+                for dec in fn.decorator_list:
+                    if isinstance(dec, ast.Name) and dec.id == "property":
+                        return None
+                return fn
+        return None
+
+    def inline(self, fn: ast.FunctionDef, e: ast.Call, scope: _Scope, guard: tuple[Cond, ...],
+               bound_self: bool) -> Operand | None:
+        key = f"{id(fn)}"
+        if len(self.inline_stack) >= MAX_INLINE_DEPTH or key in self.inline_stack:
+            return None
+        if fn.args.vararg or fn.args.kwarg or any(isinstance(a, ast.Starred) for a in e.args) \
+                or any(k.arg is None for k in e.keywords):
+            return None
+        if self.fx.is_generator(fn):
+            return None
+        params = [*fn.args.posonlyargs, *fn.args.args]
+        is_static = any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in fn.decorator_list)
+        if bound_self and not is_static:
+            if not params:
+                return None
+            params = params[1:]
+        kwonly = list(fn.args.kwonlyargs)
+        if len(e.args) > len(params):
+            return None
+        args, kwargs = self.arguments(e, scope, guard)
+        binding: dict[str, Operand] = {}
+        for param, value in zip(params, args, strict=False):
+            binding[param.arg] = value
+        known = {p.arg for p in params} | {p.arg for p in kwonly}
+        for key_name, value in kwargs:
+            if key_name not in known:
+                return None
+            binding[key_name] = value
+        defaults = dict(zip([p.arg for p in params][len(params) - len(fn.args.defaults):], fn.args.defaults, strict=True))
+        defaults.update({p.arg: d for p, d in zip(kwonly, fn.args.kw_defaults, strict=True) if d is not None})
+        env: dict[str, str] = {}
+        callee_scope = _Scope(env, {}, scope.self_class if bound_self else None)
+        for param in [*params, *kwonly]:
+            value = binding.get(param.arg)
+            if value is None:
+                default = defaults.get(param.arg)
+                if default is None:
+                    return None
+                value = _const_or_sym(default, self.src)
+            if isinstance(value, Var):
+                env[param.arg] = value.name
+            else:
+                ssa = self.fresh(param.arg)
+                self.emit("op", "assign", (value,), (), guard, e, outputs=(ssa,))
+                if isinstance(value, (Const, Sym)) and not isinstance(getattr(value, "value", None), (str, bool)):
+                    self.kinds[ssa] = "scalar"
+                env[param.arg] = ssa
+        saved_via = self.via
+        self.via = (*self.via, self.src.pos(e))
+        self.inline_stack.append(key)
+        try:
+            try:
+                self.block(fn.body, callee_scope, guard)
+            except _Terminated:
+                pass
+        finally:
+            self.inline_stack.pop()
+            self.via = saved_via
+        returns = callee_scope.returns
+        if not returns:
+            return Const(None)
+        if len(returns) == 1:
+            return returns[0][0]
+        inputs: list[Operand] = []
+        for value, ret_guard in returns:
+            if isinstance(value, Var):
+                inputs.append(value)
+            else:
+                tmp = self.emit("op", "assign", (value,), (), ret_guard, e)
+                inputs.append(Var(tmp[0]))
+        out = self.fresh(f"_{fn.name}")
+        self.generated.add(out)
+        self.nodes.append(Node("phi", "phi", tuple(inputs), (), (out,), None, guard, None, self.via))
+        return Var(out)
+
+
+def _with_outputs(node: Node, outputs: tuple[str, ...]) -> Node:
+    return Node(node.kind, node.op, node.inputs, node.kwargs, outputs, node.target, node.guard, node.pos, node.via)
+
+
+def _uniform(items: tuple[LayerDef, ...]) -> bool:
+    return len({i.type for i in items}) == 1
+
+
+def _normalize_signature(op: str, inputs: tuple[Operand, ...], kwargs: tuple[tuple[str, Operand], ...]
+                         ) -> tuple[tuple[Operand, ...], tuple[tuple[str, Operand], ...]]:
+    """Positional parameters of a canonical op become keywords (`softmax(x, -1)` ->
+    `softmax(x, dim=-1)`); transpose's two dims are put in a fixed order."""
+    names = C.SIGNATURES.get(op)
+    if names is None:
+        return inputs, kwargs
+    arity = C.TENSOR_ARITY.get(op, 1)
+    tensors, rest = inputs[:arity], inputs[arity:]
+    if len(rest) > len(names):
+        return inputs, kwargs
+    positional = tuple(zip(names, rest, strict=False))
+    merged = (*positional, *kwargs)
+    if op in C.SYMMETRIC_DIMS:
+        dims = dict(merged)
+        a, b = dims.get("dim0"), dims.get("dim1")
+        if isinstance(a, Const) and isinstance(b, Const) and isinstance(a.value, int) and isinstance(b.value, int) \
+                and a.value > b.value:
+            a, b = b, a
+        merged = tuple((k, a if k == "dim0" else b if k == "dim1" else v) for k, v in merged)
+    return tensors, merged
+
+
+def _names(target: ast.expr) -> list[str]:
+    if isinstance(target, ast.Name):
+        return [target.id]
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return [n for elt in target.elts for n in _names(elt)]
+    if isinstance(target, ast.Starred):
+        return _names(target.value)
+    return []
+
+
+_IDENT = re.compile(r"(?<![.\w])[A-Za-z_]\w*(?!\s*=[^=])")
+
+
+def _has_data(e: ast.AST, scope: _Scope) -> bool:
+    """Whether an expression reads any tracked value (a parameter or local of the method).
+
+    The common shapes (names, attribute chains, constants, calls, operators, subscripts, tuples)
+    are decided structurally; anything else on its source text (identifiers not preceded by a dot
+    and not keyword argument names), which is cheaper than walking the subtree. A name inside a
+    string literal can give a false "yes": the expression is then unchained into nodes instead of
+    kept as one symbol, which changes no data flow."""
+    t = type(e)
+    if t is ast.Name:
+        return e.id in scope.env or e.id in scope.layers  # type: ignore[attr-defined]
+    if t is ast.Constant:
+        return False
+    if t is ast.Attribute:
+        return _has_data(e.value, scope)  # type: ignore[attr-defined]
+    if t is ast.Call:
+        if _has_data(e.func, scope):  # type: ignore[attr-defined]
+            return True
+        for arg in e.args:  # type: ignore[attr-defined]
+            if _has_data(arg, scope):
+                return True
+        for kw in e.keywords:  # type: ignore[attr-defined]
+            if _has_data(kw.value, scope):
+                return True
+        return False
+    if t is ast.BinOp:
+        return _has_data(e.left, scope) or _has_data(e.right, scope)  # type: ignore[attr-defined]
+    if t is ast.Subscript:
+        return _has_data(e.value, scope) or _has_data(e.slice, scope)  # type: ignore[attr-defined]
+    if t is ast.Tuple or t is ast.List:
+        for item in e.elts:  # type: ignore[attr-defined]
+            if _has_data(item, scope):
+                return True
+        return False
+    if t is ast.UnaryOp:
+        return _has_data(e.operand, scope)  # type: ignore[attr-defined]
+    if t is ast.Starred:
+        return _has_data(e.value, scope)  # type: ignore[attr-defined]
+    if t is ast.Compare:
+        if _has_data(e.left, scope):  # type: ignore[attr-defined]
+            return True
+        return any(_has_data(c, scope) for c in e.comparators)  # type: ignore[attr-defined]
+    if t is ast.BoolOp:
+        return any(_has_data(v, scope) for v in e.values)  # type: ignore[attr-defined]
+    if t is ast.IfExp:
+        return _has_data(e.test, scope) or _has_data(e.body, scope) or _has_data(e.orelse, scope)  # type: ignore[attr-defined]
+    if t is ast.Slice:
+        return any(part is not None and _has_data(part, scope) for part in (e.lower, e.upper, e.step))  # type: ignore[attr-defined]
+    env = scope.env
+    layers = scope.layers
+    for name in _IDENT.findall(_SOURCE.get().raw(e)):
+        if name in env or name in layers:
+            return True
+    return False
+
+
+def _data_names(e: ast.AST, scope: _Scope) -> list[str]:
+    seen: dict[str, None] = {}
+    for node in ast.walk(e):
+        if isinstance(node, ast.Name) and node.id in scope.env:
+            seen.setdefault(node.id, None)
+    return list(seen)
