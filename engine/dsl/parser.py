@@ -8,7 +8,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from lark import Lark, Token, Transformer, Tree, v_args
+from lark import Lark, Token, Transformer, Tree
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 
 from engine.dsl.ir import (
@@ -38,7 +38,7 @@ _STARTS = ["start", "class_def", "method", "node", "layer_def", "operand"]
 def grammar() -> Lark:
     """The structure grammar, built once (LALR, contextual lexer)."""
     return Lark(GRAMMAR_PATH.read_text(encoding="utf-8"), parser="lalr", lexer="contextual",
-                start=_STARTS, maybe_placeholders=True, propagate_positions=True)
+                start=_STARTS, maybe_placeholders=True)
 
 
 # Human names for terminals in error messages.
@@ -236,17 +236,14 @@ class _ToIR(Transformer):
         return _Init(tuple(children))
 
     # ---- methods
-    @v_args(meta=True)
-    def param_plain(self, meta, children):
-        return ("plain", children[0], children[1], meta)
+    def param_plain(self, children):
+        return ("plain", children[0], children[1], None)
 
-    @v_args(meta=True)
-    def param_star(self, meta, children):
-        return ("star", children[0], None, meta)
+    def param_star(self, children):
+        return ("star", children[1], None, children[0])
 
-    @v_args(meta=True)
-    def param_varkw(self, meta, children):
-        return ("varkw", children[0], None, meta)
+    def param_varkw(self, children):
+        return ("varkw", children[1], None, children[0])
 
     def note(self, children):
         return _Note(self._string(children[0]))
@@ -258,21 +255,22 @@ class _ToIR(Transformer):
         name, items, pos_tok, *body = children
         params: list[Param] = []
         mode = "normal"
-        seen_varkw = False
-        for what, pname, default, meta in items:
-            if seen_varkw:
-                raise DSLSyntaxError(f"in def {name}: parameter {pname or '*'} after **{params[-1].name}",
-                                     meta.line, meta.column)
+        varkw_tok = None
+        for what, pname, default, tok in items:
+            if varkw_tok is not None:
+                shown = pname if what == "plain" else "*" + (pname or "")
+                raise _error_at(varkw_tok, f"in def {name}: **{params[-1].name} must be the last parameter "
+                                           f"({shown} follows it)")
             if what == "plain":
                 params.append(Param(pname, default, mode))
             elif what == "star":
                 if mode == "kwonly":
-                    raise DSLSyntaxError(f"in def {name}: a second * parameter", meta.line, meta.column)
+                    raise _error_at(tok, f"in def {name}: a second * parameter")
                 mode = "kwonly"
                 if pname is not None:
                     params.append(Param(pname, None, "vararg"))
             else:
-                seen_varkw = True
+                varkw_tok = tok
                 params.append(Param(pname, None, "varkw"))
         notes = tuple(b.text for b in body if isinstance(b, _Note))
         nodes = tuple(b for b in body if isinstance(b, Node))

@@ -73,8 +73,8 @@ def test_positions():
 
 def test_parameter_order():
     err = error('file "a.py" module m\nclass X:\n  def f(**kw, x):\n')
-    assert (err.line, err.column) == (3, 15)
-    assert err.message == "in def f: parameter x after **kw"
+    assert (err.line, err.column) == (3, 9)
+    assert err.message == "in def f: **kw must be the last parameter (x follows it)"
     err = error("def f(*a, *b):", parse_method)
     assert (err.line, err.column) == (1, 11)
     assert err.message == "in def f: a second * parameter"

@@ -374,3 +374,26 @@ def test_structure_grammar_can_be_imported_by_another_grammar():
         parser="lalr", import_paths=[str(Path(engine.dsl.__file__).parent)], maybe_placeholders=True)
     tree = rules.parse("rule sdpa\n  matmul(q, k) -> s\n  softmax(s, dim=-1) -> p\n")
     assert len(tree.children[0].children) == 3
+
+
+def test_docs_reproduce_the_grammar():
+    from pathlib import Path
+
+    from engine.dsl.parser import GRAMMAR_PATH
+
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "dsl.md").read_text(encoding="utf-8")
+    grammar = GRAMMAR_PATH.read_text(encoding="utf-8")
+    assert "```lark\n" + grammar + "```\n" in doc
+    assert "## Rules" in doc
+
+
+def test_docs_example_parses():
+    """The example at the top of docs/dsl.md is valid structure syntax."""
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "dsl.md").read_text(encoding="utf-8")
+    example = doc.split("## Example\n\n```\n", 1)[1].split("```\n", 1)[0]
+    fm = parse_file(example)
+    cls = fm.cls("BertSelfAttention")
+    assert cls is not None and len(cls.layers) == 4 and cls.layers[3].items
+    assert print_file(parse_file(print_file(fm))) == print_file(fm)
