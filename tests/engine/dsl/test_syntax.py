@@ -397,3 +397,10 @@ def test_docs_example_parses():
     cls = fm.cls("BertSelfAttention")
     assert cls is not None and len(cls.layers) == 4 and cls.layers[3].items
     assert print_file(parse_file(print_file(fm))) == print_file(fm)
+
+
+def test_keywords_may_come_before_positionals():
+    node = parse_node("pad(value=0.0, x, (0, 1)) -> y")
+    assert node.inputs == (Var("x"), Const((0, 1)))
+    assert node.kwargs == (("value", Const(0.0)),)
+    assert print_node(node) == "pad(x, (0, 1), value=0.0) -> y"
