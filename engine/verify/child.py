@@ -1,0 +1,521 @@
+"""The child process that builds and runs repository code (verification and benchmark).
+
+Started by ``engine.verify.sandbox`` as ``python -I child.py JOB.json`` inside a temporary working
+copy. It imports only the standard library and torch itself; everything else it imports is the
+repository's code (a harness module, or a copy of a Hugging Face-style package), found through the
+``sys_path`` entries of the job. It never imports ``engine``: the repository under test could
+contain a package of that name.
+
+Modes
+  run    build each case's model, run it (eval and train mode, dropout off) and save outputs and
+         gradients. The original side also saves the weights and inputs it used, and a float64 run
+         as the reference for kernels more precise than the code they replace; the rewritten side
+         loads those weights strictly and runs those inputs.
+  bench  build one model and serve timing requests on a private pipe: JSON lines in on stdin, JSON
+         lines out on the process's original stdout (user prints are sent to stderr).
+
+The parent never trusts this process's verdict: it loads the tensors written here (with
+``weights_only=True``) and compares them itself.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import importlib.metadata
+import importlib.util
+import inspect
+import json
+import math
+import os
+import platform
+import resource
+import sys
+import time
+import traceback
+
+import torch
+
+# --------------------------------------------------------------------------------------------------
+# Building models
+
+
+def _accepts(fn, name: str) -> bool:
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
+def _load_harness(root: str, module_file: str):
+    path = os.path.join(root, module_file)
+    name = "adopter_harness_" + os.path.splitext(module_file)[0].replace("/", "_").replace(".", "_")
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import harness {module_file}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+class Built:
+    def __init__(self, model, inputs, optimizer=None, loss=None):
+        self.model = model
+        self.inputs = inputs
+        self.optimizer = optimizer  # callable(model) -> optimizer, or None
+        self.loss = loss  # callable(output, inputs) -> scalar, or None
+
+
+def build_harness(target: dict, shape: dict, *, no_dropout: bool) -> Built:
+    module = _load_harness(target["root"], target["module"])
+    fn = getattr(module, target["function"], None)
+    if fn is None:
+        raise AttributeError(f"harness {target['module']} has no function {target['function']!r}")
+    kwargs = {key: value for key, value in (shape or {}).items() if _accepts(fn, key)}
+    if no_dropout and _accepts(fn, "dropout"):
+        kwargs["dropout"] = 0.0
+    result = fn(**kwargs)
+    if not isinstance(result, tuple) or len(result) != 2:
+        raise TypeError(f"{target['module']}:{target['function']}() must return (model, inputs)")
+    model, inputs = result
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError("the harness's model is not a torch.nn.Module")
+    return Built(model, inputs, getattr(module, "optimizer", None), getattr(module, "loss", None))
+
+
+# Size settings for Hugging Face configs: every name that exists on the config is set.
+_HF_SIZES = {
+    "small": {"hidden": 32, "layers": 2, "heads": 4, "kv_heads": 2, "ffn": 64, "vocab": 99, "image": 32, "patch": 8},
+    "bench": {"hidden": 256, "layers": 4, "heads": 4, "kv_heads": 4, "ffn": 1024, "vocab": 1000, "image": 224, "patch": 16},
+}
+_HF_KEYS = {
+    "hidden": ("hidden_size", "d_model", "n_embd", "embed_dim"),
+    "layers": ("num_hidden_layers", "n_layer", "num_layers", "encoder_layers", "decoder_layers", "num_decoder_layers"),
+    "heads": ("num_attention_heads", "n_head", "num_heads", "encoder_attention_heads", "decoder_attention_heads"),
+    "kv_heads": ("num_key_value_heads",),
+    "ffn": ("intermediate_size", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_dim", "d_ff", "n_inner"),
+    "vocab": ("vocab_size",),
+    "image": ("image_size",),
+    "patch": ("patch_size",),
+}
+_HF_DROPOUT_KEYS = (
+    "hidden_dropout_prob", "attention_probs_dropout_prob", "attention_dropout", "dropout", "activation_dropout",
+    "resid_pdrop", "embd_pdrop", "attn_pdrop", "dropout_rate", "hidden_dropout", "embed_dropout",
+    "classifier_dropout", "summary_first_dropout", "encoder_layerdrop", "decoder_layerdrop", "layerdrop",
+)
+
+
+def _hf_config(config_class, size: str, seq_len: int, overrides: dict, no_dropout: bool):
+    config = config_class()
+    spec = _HF_SIZES[size]
+    for group, names in _HF_KEYS.items():
+        for name in names:
+            if hasattr(config, name) and getattr(config, name) is not None:
+                setattr(config, name, spec[group])
+    if hasattr(config, "d_kv"):  # T5-style: per-head width is its own setting
+        config.d_kv = spec["hidden"] // spec["heads"]
+    for name in ("max_position_embeddings", "n_positions", "max_target_positions", "max_source_positions"):
+        if hasattr(config, name):
+            setattr(config, name, max(64, 2 * seq_len + 2))
+    if no_dropout:
+        for name in _HF_DROPOUT_KEYS:
+            if isinstance(getattr(config, name, None), float):
+                setattr(config, name, 0.0)
+    for name, value in (overrides or {}).items():
+        setattr(config, name, value)
+    return config
+
+
+def _hf_inputs(model, config, batch: int, seq: int, generator) -> dict:
+    params = inspect.signature(model.forward).parameters
+    inputs: dict = {}
+    vocab = int(getattr(config, "vocab_size", 99) or 99)
+    if "input_ids" in params:
+        inputs["input_ids"] = torch.randint(min(5, vocab - 1), vocab, (batch, seq), generator=generator)
+        if "attention_mask" in params:
+            mask = torch.ones(batch, seq, dtype=torch.long)
+            if batch > 1:  # padding on the last row, so that masking paths run
+                mask[-1, seq - max(1, seq // 4):] = 0
+            inputs["attention_mask"] = mask
+    elif "pixel_values" in params:
+        size = int(getattr(config, "image_size", 32))
+        channels = int(getattr(config, "num_channels", 3))
+        inputs["pixel_values"] = torch.randn(batch, channels, size, size, generator=generator)
+    else:
+        raise TypeError(f"no input recipe for {type(model).__name__}.forward{tuple(params)}")
+    if "decoder_input_ids" in params and getattr(config, "is_encoder_decoder", False):
+        inputs["decoder_input_ids"] = torch.randint(min(5, vocab - 1), vocab, (batch, max(1, seq // 2)), generator=generator)
+    return inputs
+
+
+def build_hf(target: dict, shape: dict, *, no_dropout: bool, size: str) -> Built:
+    module = importlib.import_module(target["module"])
+    model_class = getattr(module, target["model_class"])
+    batch, seq = int(shape.get("batch_size", 2)), int(shape.get("seq_len", 16))
+    config = _hf_config(model_class.config_class, size, seq, target.get("config_overrides") or {}, no_dropout)
+    model = model_class(config)
+    generator = torch.Generator().manual_seed(1234 + batch * 1000 + seq)
+    return Built(model, _hf_inputs(model, config, batch, seq, generator))
+
+
+def build(target: dict, shape: dict, *, no_dropout: bool, hf_size: str = "small") -> Built:
+    if target["kind"] == "harness":
+        return build_harness(target, shape, no_dropout=no_dropout)
+    if target["kind"] == "hf":
+        return build_hf(target, shape, no_dropout=no_dropout, size=hf_size)
+    raise ValueError(f"unknown target kind {target['kind']!r}")
+
+
+# --------------------------------------------------------------------------------------------------
+# Running
+
+
+def zero_dropout(model) -> None:
+    """Dropout off everywhere we can reach: dropout modules and float attributes named like it."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.modules.dropout._DropoutNd):
+            module.p = 0.0
+        for name, value in list(vars(module).items()):
+            if isinstance(value, float) and "drop" in name.lower():
+                setattr(module, name, 0.0)
+
+
+def reinit(model, seed: int) -> None:
+    """Replace the weights by ones drawn with a fan-in scale. Initialisers of research code often use
+    tiny weights (std 0.02) under which attention is nearly uniform and a wrong scale goes unnoticed;
+    an equivalent rewrite must agree for any weights."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for _, param in sorted(model.named_parameters()):
+            if not param.is_floating_point():
+                continue
+            noise = torch.randn(param.shape, generator=generator, dtype=torch.float64)
+            if param.dim() >= 2:
+                param.copy_(noise / math.sqrt(max(1, param[0].numel())))
+            else:
+                param.add_(0.1 * noise.to(param.dtype))
+
+
+def _map(value, fn):
+    if isinstance(value, torch.Tensor):
+        return fn(value)
+    if isinstance(value, dict):
+        return {key: _map(item, fn) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        items = [_map(item, fn) for item in value]
+        return tuple(items) if isinstance(value, tuple) else items
+    return value
+
+
+def _flatten(value, prefix: str, into: dict) -> None:
+    if isinstance(value, torch.Tensor):
+        into[prefix] = value
+    elif isinstance(value, dict) or (hasattr(value, "keys") and hasattr(value, "__getitem__")):
+        for key in value.keys():
+            _flatten(value[key], f"{prefix}.{key}", into)
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            _flatten(item, f"{prefix}.{index}", into)
+
+
+def _cast_inputs(inputs, dtype, device):
+    def cast(t):
+        moved = t.detach().to(device)
+        if t.is_floating_point():
+            moved = moved.to(dtype)
+        return moved.requires_grad_(t.requires_grad)
+
+    return _map(inputs, cast)
+
+
+def call(model, inputs):
+    if isinstance(inputs, dict):
+        return model(**inputs)
+    if isinstance(inputs, (tuple, list)):
+        return model(*inputs)
+    return model(inputs)
+
+
+def loss_of(output, built: Built | None = None, inputs=None):
+    if built is not None and built.loss is not None:
+        return built.loss(output, inputs)
+    loss = getattr(output, "loss", None)
+    if loss is None and isinstance(output, dict):
+        loss = output.get("loss")
+    if isinstance(loss, torch.Tensor):
+        return loss
+    tensors: dict = {}
+    _flatten(output, "out", tensors)
+    floats = [t for t in tensors.values() if t.is_floating_point()]
+    if not floats:
+        raise TypeError("the model's output holds no floating-point tensor to take a loss of")
+    return floats[0].float().pow(2).mean() if floats[0].dtype != torch.float64 else floats[0].pow(2).mean()
+
+
+_DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def run_once(built: Built, model, inputs, *, dtype: str, train: bool, step: bool, device: str = "cpu",
+             step_grads: dict | None = None) -> dict:
+    """Forward, backward (and one optimizer step) of a copy of ``model``; tensors by name.
+
+    The optimizer step runs on ``step_grads`` where given (the original's gradients, by parameter
+    name): one Adam step amplifies tiny gradient differences into sign flips, so the optimizer is
+    checked on identical gradients and the model's gradients are checked on their own."""
+    torch_dtype = _DTYPES[dtype]
+    model = copy.deepcopy(model).to(device=device, dtype=torch_dtype)
+    model.train(train)
+    inputs = _cast_inputs(inputs, torch_dtype, device)
+    previous_default = torch.get_default_dtype()
+    if torch_dtype == torch.float64:
+        torch.set_default_dtype(torch.float64)  # tensors the model creates itself follow
+    try:
+        output = call(model, inputs)
+        loss = loss_of(output, built, inputs)
+        loss.backward()
+        tensors: dict = {}
+        _flatten(output, "out", tensors)
+        tensors = {key: value for key, value in tensors.items() if value.is_floating_point()}
+        tensors["loss"] = loss
+        input_tensors: dict = {}
+        _flatten(inputs, "input", input_tensors)
+        for key, value in input_tensors.items():
+            if value.requires_grad and value.grad is not None:
+                tensors["grad/" + key] = value.grad
+        for name, param in model.named_parameters():
+            if param.grad is not None:
+                tensors["grad/param." + name] = param.grad
+        if step and built.optimizer is not None:
+            optimizer = built.optimizer(model)
+            if step_grads is not None:
+                for name, param in model.named_parameters():
+                    if name in step_grads:
+                        param.grad = step_grads[name].to(device=param.device, dtype=param.dtype).clone()
+            optimizer.step()
+            for name, param in model.named_parameters():
+                tensors["step/param." + name] = param
+    finally:
+        torch.set_default_dtype(previous_default)
+    return {key: value.detach().to("cpu").clone() for key, value in tensors.items()}
+
+
+def _classify(exc: BaseException) -> str:
+    text = str(exc).lower()
+    if isinstance(exc, MemoryError) or "can't allocate memory" in text or "out of memory" in text:
+        return "oom"
+    return "error"
+
+
+def _error(exc: BaseException, phase: str) -> dict:
+    return {
+        "status": _classify(exc),
+        "phase": phase,
+        "message": f"{type(exc).__name__}: {exc}"[:2000],
+        "traceback": traceback.format_exc()[-6000:],
+    }
+
+
+def run_cases(job: dict) -> dict:
+    side = job["side"]
+    reference = None
+    if side == "rewritten":
+        reference = torch.load(job["reference_file"], weights_only=True)
+    saved_state: dict = {}
+    saved_tensors: dict = {}
+    cases: dict = {}
+    for case in job["cases"]:
+        name = case["name"]
+        phase = "build"
+        try:
+            torch.manual_seed(job["seed"])
+            built = build(case["target"], case.get("shape") or {}, no_dropout=True, hf_size=job.get("hf_size", "small"))
+            model = built.model
+            if side == "original":
+                if job.get("reinit", True):
+                    reinit(model, job["seed"] + 1)
+                saved_state["state/" + name] = {k: v.detach().clone() for k, v in model.state_dict().items()}
+                saved_state["inputs/" + name] = _map(built.inputs, lambda t: t.detach().clone().requires_grad_(t.requires_grad))
+                inputs = built.inputs
+            else:
+                phase = "load_state_dict"
+                state = reference.get("state/" + name)
+                if state is None:
+                    cases[name] = {"status": "skipped", "message": "the original side has no weights for this case"}
+                    continue
+                model.load_state_dict(state, strict=True)
+                inputs = reference["inputs/" + name]
+            phase = "train (dropout as built)"
+            smoke_model = copy.deepcopy(model)
+            smoke_loss = loss_of(call(smoke_model.train(), _cast_inputs(inputs, torch.float32, "cpu")), built, inputs)
+            smoke_loss.backward()
+            smoke_finite = bool(torch.isfinite(smoke_loss).item())
+            del smoke_model
+            zero_dropout(model)
+            runs = []
+            for mode in ("eval", "train"):
+                dtypes = [job.get("dtype", "float32")]
+                if side == "original" and job.get("fp64", True):
+                    dtypes.append("float64")
+                for dtype in dtypes:
+                    phase = f"{mode} {dtype}"
+                    step = mode == "eval" and dtype != "float64"
+                    grads_key = f"grads/{name}"
+                    try:
+                        tensors = run_once(built, model, inputs, dtype=dtype, train=mode == "train", step=step,
+                                           step_grads=reference.get(grads_key) if reference is not None else None)
+                    except Exception:
+                        if dtype == "float64":  # a reference we cannot make is a note, not a failure
+                            continue
+                        raise
+                    runs.append(f"{mode}|{dtype}")
+                    if step and side == "original":
+                        saved_state[grads_key] = {k[len("grad/param."):]: v for k, v in tensors.items()
+                                                  if k.startswith("grad/param.")}
+                    for key, value in tensors.items():
+                        saved_tensors[f"{name}|{mode}|{dtype}|{key}"] = value
+            cases[name] = {"status": "ok", "runs": runs, "train_smoke_finite": smoke_finite}
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a result
+            cases[name] = _error(exc, phase)
+            if cases[name]["status"] == "oom":
+                break
+    if side == "original":
+        torch.save(saved_state, job["reference_file"])
+    torch.save(saved_tensors, job["tensors_file"])
+    return {"status": "ok", "cases": cases}
+
+
+# --------------------------------------------------------------------------------------------------
+# Benchmark server
+
+
+def _rss_bytes() -> int:
+    try:
+        with open("/proc/self/statm") as handle:
+            return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        return 0
+
+
+def _device_name(device: str) -> str:
+    if device.startswith("cuda"):
+        return torch.cuda.get_device_name(0)
+    try:
+        with open("/proc/cpuinfo") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _version(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def serve_bench(job: dict, channel) -> None:
+    def reply(message: dict) -> None:
+        channel.write(json.dumps(message) + "\n")
+        channel.flush()
+
+    device, dtype = job.get("device", "cpu"), _DTYPES[job.get("dtype", "float32")]
+    cuda = device.startswith("cuda")
+    rss_start = _rss_bytes()
+    try:
+        torch.manual_seed(job["seed"])
+        built = build(job["target"], job.get("shape") or {}, no_dropout=False, hf_size=job.get("hf_size", "bench"))
+        model = built.model
+        if job["side"] == "original":
+            torch.save({k: v.detach().clone() for k, v in model.state_dict().items()}, job["state_file"])
+        else:
+            model.load_state_dict(torch.load(job["state_file"], weights_only=True), strict=True)
+        model = model.to(device=device, dtype=dtype).train()
+        inputs = _cast_inputs(built.inputs, dtype, device)
+        optimizer = built.optimizer(model) if built.optimizer else torch.optim.AdamW(model.parameters(), lr=1e-4)
+    except Exception as exc:  # noqa: BLE001
+        reply(_error(exc, "build"))
+        return
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    rss_ready = _rss_bytes()
+
+    def step() -> float:
+        started = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_of(call(model, inputs), built, inputs)
+        loss.backward()
+        optimizer.step()
+        if cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter() - started
+
+    shapes = {}
+    flat: dict = {}
+    _flatten(inputs, "input", flat)
+    for key, value in flat.items():
+        shapes[key] = list(value.shape)
+    reply({
+        "status": "ready",
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "input_shapes": shapes,
+        "device_name": _device_name(device),
+        "threads": torch.get_num_threads(),
+        "versions": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "transformers": _version("transformers"),
+            "platform": platform.platform(),
+        },
+    })
+    for line in sys.stdin:
+        request = json.loads(line)
+        try:
+            if request["op"] == "steps":
+                reply({"status": "ok", "times": [step() for _ in range(int(request["n"]))]})
+            elif request["op"] == "memory":
+                if cuda:
+                    reply({"status": "ok", "peak_bytes": torch.cuda.max_memory_allocated(), "base_bytes": 0})
+                else:
+                    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+                    reply({"status": "ok", "peak_bytes": peak, "base_bytes": rss_start, "ready_bytes": rss_ready})
+            elif request["op"] == "quit":
+                reply({"status": "bye"})
+                return
+        except Exception as exc:  # noqa: BLE001
+            reply(_error(exc, request.get("op", "?")))
+            return
+
+
+# --------------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str]) -> int:
+    with open(argv[1]) as handle:
+        job = json.load(handle)
+    for entry in reversed(job.get("sys_path", [])):
+        sys.path.insert(0, entry)
+    if job.get("threads"):
+        torch.set_num_threads(int(job["threads"]))
+    if job["mode"] == "bench":
+        channel = os.fdopen(os.dup(1), "w")
+        os.dup2(2, 1)  # whatever the repository prints goes to stderr, never into the protocol
+        sys.stdout = sys.stderr
+        serve_bench(job, channel)
+        return 0
+    try:
+        result = run_cases(job)
+    except Exception as exc:  # noqa: BLE001
+        result = _error(exc, "run")
+    with open(job["result_file"], "w") as handle:
+        json.dump(result, handle)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

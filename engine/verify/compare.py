@@ -1,0 +1,89 @@
+"""Comparing the tensors of the original and the rewritten model.
+
+Errors are measured relative to the size of each tensor: ``max_abs_err`` is the largest absolute
+difference, ``max_rel_err`` that divided by the largest magnitude in the original tensor (a plain
+element-wise relative error explodes on entries near zero and says nothing).
+
+A tensor passes when every element is within ``atol * scale + rtol * |original|`` (``scale`` the
+tensor's largest magnitude), or, where a float64 run of the original exists, when the rewritten
+result is no further from that reference than ``fudge`` times the original's own distance from it
+(plus the absolute tolerance). The second test accepts kernels that are *more* precise than the code
+they replace (a fused softmax that accumulates differently), and still rejects a wrong rewrite: its
+error against the float64 truth is far larger than the original's rounding error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+# (rtol, atol relative to the tensor's scale) per dtype the models run in.
+TOLERANCES = {
+    "float64": (1e-7, 1e-9),
+    "float32": (1e-4, 1e-5),
+    "bfloat16": (3e-2, 1e-2),
+    "float16": (5e-3, 1e-3),
+}
+FUDGE = 4.0
+
+
+@dataclass
+class TensorCheck:
+    key: str
+    passed: bool
+    max_abs_err: float
+    max_rel_err: float
+    criterion: str  # "direct", "float64 reference", "missing", "shape", "non-finite"
+    message: str = ""
+
+
+def _scale(t: torch.Tensor) -> float:
+    finite = t[torch.isfinite(t)]
+    return float(finite.abs().max()) if finite.numel() else 0.0
+
+
+def check_tensor(key: str, original: torch.Tensor | None, rewritten: torch.Tensor | None, dtype: str,
+                 reference64: torch.Tensor | None = None) -> TensorCheck:
+    if original is None or rewritten is None:
+        side = "rewritten" if rewritten is None else "original"
+        return TensorCheck(key, False, float("inf"), float("inf"), "missing", f"absent from the {side} model's results")
+    if original.shape != rewritten.shape:
+        return TensorCheck(key, False, float("inf"), float("inf"), "shape",
+                           f"shape {tuple(rewritten.shape)} != original {tuple(original.shape)}")
+    a, b = original.double(), rewritten.double()
+    finite_a, finite_b = torch.isfinite(a), torch.isfinite(b)
+    if not torch.equal(finite_a, finite_b) or not torch.equal(a[~finite_a].nan_to_num(0), b[~finite_b].nan_to_num(0)):
+        return TensorCheck(key, False, float("inf"), float("inf"), "non-finite",
+                           "non-finite values (nan/inf) differ from the original's")
+    a, b = a[finite_a], b[finite_b]
+    if a.numel() == 0:
+        return TensorCheck(key, True, 0.0, 0.0, "direct")
+    rtol, atol = TOLERANCES.get(dtype, TOLERANCES["float32"])
+    scale = _scale(a)
+    diff = (a - b).abs()
+    max_abs = float(diff.max())
+    max_rel = max_abs / scale if scale > 0 else (0.0 if max_abs == 0 else float("inf"))
+    if bool((diff <= atol * scale + rtol * a.abs()).all()):
+        return TensorCheck(key, True, max_abs, max_rel, "direct")
+    if reference64 is not None and reference64.shape == original.shape:
+        r = reference64.double()[finite_a]
+        err_original = float((a - r).abs().max())
+        err_rewritten = float((b - r).abs().max())
+        if err_rewritten <= FUDGE * err_original + atol * scale:
+            return TensorCheck(key, True, max_abs, max_rel, "float64 reference",
+                               f"error vs float64 {err_rewritten:.3g} (original's {err_original:.3g})")
+        return TensorCheck(key, False, max_abs, max_rel, "float64 reference",
+                           f"error vs float64 {err_rewritten:.3g} exceeds {FUDGE:g}x the original's {err_original:.3g}")
+    return TensorCheck(key, False, max_abs, max_rel, "direct",
+                       f"max abs error {max_abs:.3g} (relative {max_rel:.3g}) over tolerance rtol={rtol:g}, atol={atol:g}")
+
+
+def check_run(original: dict[str, torch.Tensor], rewritten: dict[str, torch.Tensor], dtype: str,
+              reference64: dict[str, torch.Tensor] | None = None) -> list[TensorCheck]:
+    """Every tensor of one run (outputs, loss, gradients, parameters after a step)."""
+    checks = []
+    for key in sorted(set(original) | set(rewritten)):
+        checks.append(check_tensor(key, original.get(key), rewritten.get(key), dtype,
+                                   (reference64 or {}).get(key)))
+    return checks

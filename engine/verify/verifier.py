@@ -1,0 +1,296 @@
+"""Differential verification: the original and the rewritten model, same weights, same inputs.
+
+The original side runs once per target group (a harness, or the model classes of one Hugging Face
+package) and its weights, inputs and results are reused for every candidate rewrite. Each side is a
+sandboxed child (``engine.verify.sandbox``) running ``engine/verify/child.py`` in a working copy
+(``engine.verify.workspace``); the parent compares the saved tensors (``engine.verify.compare``).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from engine.verify import result as R
+from engine.verify.compare import check_run
+from engine.verify.merge import MergeConflict, merge_overlays
+from engine.verify.result import Candidate, CandidatesResult, CaseResult, VerifyResult
+from engine.verify.sandbox import Limits, run_child
+from engine.verify.targets import HFTarget, Target, discover_targets
+from engine.verify.workspace import materialize, overlay_from
+
+CHILD = Path(__file__).with_name("child.py")
+
+
+@dataclass(frozen=True)
+class VerifyConfig:
+    timeout_s: float = 300.0  # per child process (one side of one target group)
+    memory_bytes: int | None = 6 * 1024**3  # address-space limit per child (CPU)
+    threads: int | None = None
+    seed: int = 0
+    dtype: str = "float32"  # the dtype both sides are compared in
+    fp64_reference: bool = True  # also run the original in float64 (see engine.verify.compare)
+    reinit_weights: bool = True  # fan-in scaled random weights instead of the model's own init
+    shapes: tuple[dict, ...] | None = None  # overrides every target's shapes
+    hf_max_models: int = 2  # model classes built per Hugging Face modeling file
+    allow_network: bool = False
+    workdir: Path | None = None  # where working copies go (a temporary folder if None)
+    keep_workdir: bool = False
+
+    def limits(self) -> Limits:
+        return Limits(timeout_s=self.timeout_s, memory_bytes=self.memory_bytes, threads=self.threads,
+                      network=self.allow_network)
+
+
+def _shape_label(shape: dict) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(shape.items()))
+
+
+def _group_key(target: Target) -> str:
+    return f"hf:{target.package_dir}" if isinstance(target, HFTarget) else f"harness:{target.label}"
+
+
+@dataclass
+class _SideRun:
+    status: str  # R.PASSED meaning "ran"; else a failure status
+    message: str = ""
+    cases: dict = field(default_factory=dict)
+    tensors: dict = field(default_factory=dict)
+    reference_file: Path | None = None
+    network_isolated: bool | None = None
+
+
+class Verifier:
+    """Verifies overlays of one original tree; reuses the original side's run across calls."""
+
+    def __init__(self, original_root: Path, targets: list[Target] | None = None, *, config: VerifyConfig | None = None):
+        self.root = Path(original_root).resolve()
+        self.targets = list(targets) if targets is not None else None
+        self.config = config or VerifyConfig()
+        self._own_dir = self.config.workdir is None
+        self.dir = Path(tempfile.mkdtemp(prefix="adopter-verify-")) if self._own_dir else Path(self.config.workdir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._references: dict[str, _SideRun] = {}
+        self._counter = 0
+
+    def __enter__(self) -> Verifier:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._own_dir and not self.config.keep_workdir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    # ---------------------------------------------------------------------------------------------
+
+    def _cases(self, targets: list[Target], tree_root: Path) -> list[dict]:
+        cases = []
+        for target in targets:
+            for shape in self.config.shapes or target.shapes:
+                cases.append({"name": f"{target.label}[{_shape_label(shape)}]", "target": target.spec(tree_root),
+                              "shape": dict(shape)})
+        return cases
+
+    def _run_side(self, side: str, targets: list[Target], overlay: dict[str, str],
+                  reference: _SideRun | None) -> _SideRun:
+        self._counter += 1
+        base = self.dir / f"{self._counter:03d}-{side}"
+        try:
+            tree = materialize(self.root, overlay, base / "tree", targets[0])
+        except (OSError, ValueError) as exc:
+            return _SideRun(R.ERROR, f"could not prepare the working copy: {exc}")
+        job_dir = base / "job"
+        job_dir.mkdir(parents=True)
+        reference_file = reference.reference_file if reference else job_dir / "reference.pt"
+        job = {
+            "mode": "run",
+            "side": side,
+            "sys_path": list(tree.sys_path),
+            "cases": self._cases(targets, tree.harness_root),
+            "seed": self.config.seed,
+            "dtype": self.config.dtype,
+            "fp64": self.config.fp64_reference,
+            "reinit": self.config.reinit_weights,
+            "threads": self.config.threads,
+            "reference_file": str(reference_file),
+            "tensors_file": str(job_dir / "tensors.pt"),
+            "result_file": str(job_dir / "result.json"),
+        }
+        (job_dir / "job.json").write_text(json.dumps(job))
+        run = run_child(CHILD, [str(job_dir / "job.json")], cwd=tree.cwd, home=base / "home", log_dir=job_dir,
+                        limits=self.config.limits())
+        out = _SideRun(R.PASSED, reference_file=reference_file, network_isolated=run.network_isolated)
+        if run.status == "timeout":
+            out.status, out.message = R.TIMEOUT, f"stopped by the time limit after {run.elapsed_s:.0f}s"
+            return out
+        result_path = job_dir / "result.json"
+        if not result_path.exists():
+            if run.status == "killed":
+                out.status = R.OOM if run.returncode == -9 else R.ERROR
+                out.message = f"killed by signal {-run.returncode}" + (" (likely out of memory)" if run.returncode == -9 else "")
+            else:
+                out.status = R.ERROR
+                out.message = f"exited with code {run.returncode} without a result: {run.stderr_tail[-1500:]}"
+            return out
+        data = json.loads(result_path.read_text())
+        if data.get("status") != "ok":
+            out.status = R.OOM if data.get("status") == "oom" else R.ERROR
+            out.message = data.get("message", "")
+            return out
+        out.cases = data["cases"]
+        tensors_path = Path(job["tensors_file"])
+        out.tensors = torch.load(tensors_path, weights_only=True) if tensors_path.exists() else {}
+        return out
+
+    def _reference(self, key: str, targets: list[Target]) -> _SideRun:
+        if key not in self._references:
+            self._references[key] = self._run_side("original", targets, {}, None)
+        return self._references[key]
+
+    # ---------------------------------------------------------------------------------------------
+
+    def check(self, overlay: dict[str, str]) -> VerifyResult:
+        started = time.monotonic()
+        targets = self.targets if self.targets is not None else discover_targets(
+            self.root, overlay, hf_limit=self.config.hf_max_models)
+        if not targets:
+            return VerifyResult(R.SKIPPED, "nothing to build: no harness in .adopter.yml and no Hugging Face-style "
+                                "model class affected by the rewrite (see docs/harness.md)")
+        groups: dict[str, list[Target]] = {}
+        for target in targets:
+            groups.setdefault(_group_key(target), []).append(target)
+        result = VerifyResult(R.PASSED, targets=[t.label for t in targets])
+        statuses: list[tuple[str, str]] = []
+        for key, members in groups.items():
+            reference = self._reference(key + "|" + ",".join(t.label for t in members), members)
+            result.network_isolated = reference.network_isolated
+            if reference.status != R.PASSED:
+                statuses.append((reference.status, f"the original model could not be run: {reference.message}"))
+                continue
+            candidate = self._run_side("rewritten", members, overlay, reference)
+            if candidate.status != R.PASSED:
+                statuses.append((candidate.status, f"the rewritten model: {candidate.message}"))
+                continue
+            statuses += self._compare(reference, candidate, result)
+        if result.network_isolated is False:
+            result.notes.append("network was not isolated (no `unshare -n` here); the child could reach the network")
+        if not result.cases and not statuses:
+            statuses.append((R.ERROR, "no case could be run on the original model"))
+        for status in (R.INCOMPATIBLE, R.FAILED, R.OOM, R.TIMEOUT, R.ERROR):
+            messages = [m for s, m in statuses if s == status]
+            if messages:
+                result.status, result.message = status, "; ".join(dict.fromkeys(messages))[:4000]
+                break
+        else:
+            n = len(result.cases)
+            result.message = f"{n} comparisons agree (max relative error {result.max_rel_err or 0:.2g})"
+        result.duration_s = time.monotonic() - started
+        return result
+
+    def candidates(self, candidates: list[Candidate]) -> CandidatesResult:
+        """Verify each candidate on its own, drop the failures, then verify the survivors together.
+
+        When the combination fails (two rewrites interact) or two candidates' edits conflict, the
+        survivors are added one at a time in the given order and each one that breaks the
+        combination is dropped too.
+        """
+        root = self.root
+        overlays = {c.id: overlay_from(root, c.files) for c in candidates}
+        per = {c.id: self.check(overlays[c.id]) for c in candidates}
+        dropped = {cid: f"{r.status}: {r.message}" for cid, r in per.items() if not r.passed}
+        passing = [c.id for c in candidates if per[c.id].passed]
+        if not passing:
+            return CandidatesResult(per, [], dropped, None, {})
+        if len(passing) == 1:
+            return CandidatesResult(per, passing, dropped, per[passing[0]], overlays[passing[0]])
+        try:
+            merged = merge_overlays(root, [overlays[cid] for cid in passing])
+            together = self.check(merged)
+            if together.passed:
+                return CandidatesResult(per, passing, dropped, together, merged)
+        except MergeConflict:
+            pass
+        accepted = [passing[0]]
+        combined, combined_files = per[passing[0]], overlays[passing[0]]
+        for cid in passing[1:]:
+            try:
+                trial = merge_overlays(root, [overlays[a] for a in [*accepted, cid]])
+            except MergeConflict as exc:
+                dropped[cid] = f"conflict: {exc}"
+                continue
+            outcome = self.check(trial)
+            if outcome.passed:
+                accepted.append(cid)
+                combined, combined_files = outcome, trial
+            else:
+                dropped[cid] = f"fails together with {', '.join(accepted)}: {outcome.status}: {outcome.message}"
+        return CandidatesResult(per, accepted, dropped, combined, combined_files)
+
+    def _compare(self, reference: _SideRun, candidate: _SideRun, result: VerifyResult) -> list[tuple[str, str]]:
+        statuses: list[tuple[str, str]] = []
+        dtype = self.config.dtype
+        for name, ref_case in reference.cases.items():
+            if ref_case.get("status") != "ok":
+                result.notes.append(f"{name}: skipped, the original model fails here too ({ref_case.get('message', '')[:300]})")
+                continue
+            new_case = candidate.cases.get(name, {"status": "error", "message": "not run"})
+            if new_case.get("status") != "ok":
+                phase = new_case.get("phase", "")
+                status = R.INCOMPATIBLE if phase == "load_state_dict" else (R.OOM if new_case["status"] == "oom" else R.ERROR)
+                message = f"{name} ({phase}): {new_case.get('message', '')}"
+                result.cases.append(CaseResult(name, phase or "build", False, message=message))
+                statuses.append((status, message))
+                continue
+            for run in ref_case["runs"]:
+                mode, run_dtype = run.split("|")
+                if run_dtype != dtype:
+                    continue
+                prefix = f"{name}|{run}|"
+                ref64_prefix = f"{name}|{mode}|float64|"
+                pick = lambda tensors, p: {k[len(p):]: v for k, v in tensors.items() if k.startswith(p)}  # noqa: E731
+                checks = check_run(pick(reference.tensors, prefix), pick(candidate.tensors, prefix), dtype,
+                                   pick(reference.tensors, ref64_prefix) or None)
+                failed = [c for c in checks if not c.passed]
+                worst = max(checks, key=lambda c: c.max_rel_err, default=None)
+                case = CaseResult(
+                    name, run, not failed,
+                    max_abs_err=max((c.max_abs_err for c in checks), default=0.0),
+                    max_rel_err=worst.max_rel_err if worst else 0.0,
+                    worst=(failed[0] if failed else worst).key if checks else None,
+                    criterion=(failed[0] if failed else worst).criterion if checks else None,
+                    message="; ".join(f"{c.key}: {c.message}" for c in failed[:5]),
+                    tensors=len(checks),
+                )
+                result.cases.append(case)
+                if failed:
+                    statuses.append((R.FAILED, f"{name} {run}: {case.message}"))
+            smoke_ok = new_case.get("train_smoke_finite") or not ref_case.get("train_smoke_finite")
+            result.cases.append(CaseResult(name, "train-dropout", bool(smoke_ok),
+                                           message="" if smoke_ok else "non-finite loss in train mode with dropout"))
+            if not smoke_ok:
+                statuses.append((R.FAILED, f"{name}: non-finite loss in train mode with dropout"))
+        return statuses
+
+
+def verify(original_root: Path, rewritten: dict[str, str] | Path, targets: list[Target] | None = None, *,
+           config: VerifyConfig | None = None) -> VerifyResult:
+    """Verify one rewrite: the original tree against it (a ``{path: text}`` overlay or a rewritten
+    copy of the tree). ``targets`` default to what ``discover_targets`` finds."""
+    with Verifier(original_root, targets, config=config) as verifier:
+        return verifier.check(overlay_from(Path(original_root), rewritten))
+
+
+def verify_candidates(original_root: Path, candidates: list[Candidate], targets: list[Target] | None = None, *,
+                      config: VerifyConfig | None = None) -> CandidatesResult:
+    """Verify each candidate on its own, drop the failures, then verify the survivors together
+    (see ``Verifier.candidates``)."""
+    with Verifier(original_root, targets, config=config) as verifier:
+        return verifier.candidates(candidates)
