@@ -681,8 +681,7 @@ class _MethodExtractor:
         return guard
 
     def if_statement(self, stmt: ast.If, scope: _Scope, guard: tuple[Cond, ...]) -> tuple[Cond, ...]:
-        if _has_data(stmt.test, scope):
-            self.expr(stmt.test, scope, guard)
+        test = self.expr(stmt.test, scope, guard) if _has_data(stmt.test, scope) else None
         text = self.src.segment(stmt.test)
         if self.cond_count >= MAX_CONDS_PER_METHOD:
             self.notes.append(f"line {stmt.lineno}: more than {MAX_CONDS_PER_METHOD} branches; later ones flattened")
@@ -713,12 +712,17 @@ class _MethodExtractor:
         if ended_no:
             scope.env = env_yes
             return (*guard, yes)
-        scope.env = self.merge(before, env_yes, env_no, guard, stmt)
+        scope.env = self.merge(before, env_yes, env_no, guard, stmt, cid, test)
         return guard
 
     def merge(self, before: dict[str, str], a: dict[str, str], b: dict[str, str], guard: tuple[Cond, ...],
-              at: ast.AST) -> dict[str, str]:
+              at: ast.AST, cid: int | None = None, test: Operand | None = None) -> dict[str, str]:
+        """Phi nodes for names that differ between branch `a` (condition `cid` true) and `b`. A phi
+        records the condition (`if=`) and, when the test reads data, its value (`test=`)."""
         merged = dict(before)
+        meta: tuple[tuple[str, Operand], ...] = ()
+        if cid is not None:
+            meta = (("if", Const(cid)),) + ((("test", test),) if isinstance(test, Var) else ())
         for name in sorted(set(a) | set(b), key=lambda n: (n not in before, n)):
             va, vb = a.get(name), b.get(name)
             if va == vb or va is None or vb is None:
@@ -731,7 +735,7 @@ class _MethodExtractor:
             out = self.fresh(name)
             if all(self.kinds.get(v.name) == "scalar" for v in inputs):
                 self.kinds[out] = "scalar"
-            self.nodes.append(Node("phi", "phi", inputs, (), (out,), None, guard, None, self.via))
+            self.nodes.append(Node("phi", "phi", inputs, meta, (out,), None, guard, None, self.via))
             merged[name] = out
         return merged
 
@@ -781,7 +785,7 @@ class _MethodExtractor:
         except _Terminated:
             scope.env = dict(before)
         scope.layers = layers_before
-        scope.env = self.merge(before, scope.env, before, guard, stmt)
+        scope.env = self.merge(before, scope.env, before, guard, stmt, cid)
 
     def try_statement(self, stmt: ast.Try, scope: _Scope, guard: tuple[Cond, ...]) -> tuple[Cond, ...]:
         try:
@@ -1004,8 +1008,7 @@ class _MethodExtractor:
         return Sym(self.src.segment(index))
 
     def if_expression(self, e: ast.IfExp, scope: _Scope, guard: tuple[Cond, ...]) -> Operand:
-        if _has_data(e.test, scope):
-            self.expr(e.test, scope, guard)
+        test = self.expr(e.test, scope, guard) if _has_data(e.test, scope) else None
         cid = self.new_cond(e.test)
         text = self.src.segment(e.test)
         yes = self.expr(e.body, scope, (*guard, Cond(cid, text, True)))
@@ -1019,7 +1022,8 @@ class _MethodExtractor:
             else:
                 tmp = self.emit("op", "assign", (value,), (), (*guard, Cond(cid, text, taken)), e)
                 inputs.append(Var(tmp[0]))
-        self.nodes.append(Node("phi", "phi", tuple(inputs), (), (out,), None, guard, None, self.via))
+        meta: tuple[tuple[str, Operand], ...] = (("if", Const(cid)),) + ((("test", test),) if isinstance(test, Var) else ())
+        self.nodes.append(Node("phi", "phi", tuple(inputs), meta, (out,), None, guard, None, self.via))
         return Var(out)
 
     def binary(self, opname: str, left: Operand, right: Operand, guard: tuple[Cond, ...], at: ast.AST,

@@ -1,0 +1,510 @@
+"""Data-flow matching of rule patterns against extracted methods, with scope analysis.
+
+Matching starts at every node that can be the pattern's root and walks the data flow backwards:
+an argument that names another pattern statement's output must be produced by a node matching
+that statement. Paths are explored on demand: where a value comes from a `phi` (a merge after
+`if`/`else`), each branch is tried, and the branch decisions a match relies on are collected. A
+match is therefore valid under a set of conditions; the conditions beyond those of its root node
+are the ones a rewrite has to guard. Bindings are consistent: a `$variable` bound twice must be the
+same value.
+
+Scope analysis then decides what may be done with a match:
+  * every intermediate value (an output of a matched node other than the root) must be used only
+    by matched nodes. A use that happens only under some condition (`if output_attentions:`) can be
+    guarded when the rule allows it; a use on every path makes the match a near-miss;
+  * constants must equal the rule's (a second, relaxed pass finds structures that differ only in a
+    constant, e.g. `softmax(dim=1)`, and reports them as near-misses naming the constant);
+  * the rule's named constraints (engine.match.constraints) must hold;
+  * for rewriting rules, all matched nodes must come from one function body (not split between a
+    method and a helper it calls).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from engine.dsl import canonical as C
+from engine.dsl.ir import ClassModel, Cond, Const, FileModel, LayerDef, Method, Node, Operand, Pos, Seq, Sym, Var
+from engine.match.rule import OpAlt, PArg, PStmt, Rule
+
+MAX_ATTEMPTS_PER_ROOT = 2000  # bound on backtracking per root node (reported when hit)
+
+
+# ---------------------------------------------------------------------------------------------
+# Results
+
+
+@dataclass
+class Match:
+    rule: Rule
+    file: FileModel
+    cls: ClassModel
+    method: Method
+    root: Node
+    nodes: dict[str, Node]  # pattern statement key -> matched node
+    bindings: dict[str, Operand]  # $variable -> operand (statement outputs: Var of the node output)
+    conditions: dict[int, bool]  # branch decisions the match relies on (cond id -> taken)
+    cond_text: dict[int, str]
+    skipped: tuple[str, ...] = ()  # optional statements absent in this match
+    relaxed: tuple[str, ...] = ()  # constants that differ (relaxed pass only)
+
+    @property
+    def matched_nodes(self) -> list[Node]:
+        order = {id(n): i for i, n in enumerate(self.method.nodes)}
+        return sorted(self.nodes.values(), key=lambda n: order.get(id(n), 0))
+
+    @property
+    def location_key(self) -> frozenset:
+        """Identity of the matched source locations (positions without the inlining chain: the
+        same helper inlined into two methods is one location)."""
+        return frozenset(n.pos for n in self.nodes.values() if n.pos is not None)
+
+    @property
+    def extra_conditions(self) -> dict[int, bool]:
+        """Branch decisions beyond those under which the root node runs."""
+        root_conds = {c.id for c in self.root.guard}
+        return {cid: taken for cid, taken in self.conditions.items() if cid not in root_conds}
+
+
+@dataclass
+class Finding:
+    rule_id: str
+    status: str  # "rewritten" (rewritable), "guarded" (rewritable behind a guard), "near-miss", "detected"
+    file: str
+    cls: str
+    method: str
+    line: int
+    end_line: int
+    message: str
+    reason: str | None = None
+    locations: list[Pos] = field(default_factory=list)  # every matched node, as written
+    related: list[Pos] = field(default_factory=list)  # call sites through which helpers were inlined
+    guard_text: str | None = None  # Python condition under which the original code must run
+    match: Match | None = field(default=None, repr=False, compare=False)
+
+    def to_json(self) -> dict:
+        return {
+            "rule": self.rule_id,
+            "status": self.status,
+            "file": self.file,
+            "class": self.cls,
+            "method": self.method,
+            "line": self.line,
+            "end_line": self.end_line,
+            "message": self.message,
+            "reason": self.reason,
+            "guard": self.guard_text,
+            "locations": [[p.file, p.line, p.col, p.end_line, p.end_col] for p in self.locations],
+            "related": [[p.file, p.line, p.col, p.end_line, p.end_col] for p in self.related],
+        }
+
+
+# ---------------------------------------------------------------------------------------------
+# Op matching helpers
+
+
+@lru_cache(maxsize=4096)
+def _glob(pattern: str) -> re.Pattern[str]:
+    return re.compile("".join(".*" if ch == "*" else re.escape(ch) for ch in pattern) + r"\Z")
+
+
+def _layer_op(layer: LayerDef | None) -> tuple[str, dict[str, Operand]] | None:
+    """A layer call seen as its canonical op: nn.Softmax(dim=-1) -> ("softmax", {dim: -1})."""
+    if layer is None:
+        return None
+    spec = C.LAYER_OPS.get(layer.type)
+    if spec is None:
+        return None
+    op, names = spec
+    params: dict[str, Operand] = dict(zip(names, layer.args, strict=False))
+    params.update(layer.kwargs)
+    return op, params
+
+
+def numeric(operand: Operand) -> float | None:
+    """The number an operand stands for, evaluating simple math symbols (`math.sqrt(2 / math.pi)`)."""
+    if isinstance(operand, Const):
+        value = operand.value
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return None
+        return float(value)
+    if isinstance(operand, Sym):
+        return _eval_math(operand.text)
+    return None
+
+
+_MATH_SAFE = re.compile(r"^[\d\s.eE+\-*/()]*$")
+
+
+@lru_cache(maxsize=4096)
+def _eval_math(text: str) -> float | None:
+    expr = text.replace("math.pi", "3.141592653589793").replace("torch.pi", "3.141592653589793")
+    expr = expr.replace("np.pi", "3.141592653589793").replace("numpy.pi", "3.141592653589793")
+    for name in ("math.sqrt", "np.sqrt", "numpy.sqrt", "sqrt"):
+        expr = expr.replace(name, "S")
+    if not _MATH_SAFE.match(expr.replace("S", "")):
+        return None
+    try:
+        value = eval(expr, {"__builtins__": {}}, {"S": math.sqrt})  # noqa: S307 - digits and operators only
+    except Exception:
+        return None
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def _literal_equal(expected: object, operand: Operand) -> bool:
+    if isinstance(expected, bool) or expected is None or isinstance(expected, str):
+        return isinstance(operand, Const) and operand.value == expected and type(operand.value) is type(expected)
+    if isinstance(expected, (int, float)):
+        value = numeric(operand)
+        if value is None:
+            return False
+        if expected == 0:
+            return value == 0
+        return abs(value - expected) <= 1e-6 * abs(expected)
+    return False
+
+
+def _same(a: Operand, b: Operand) -> bool:
+    if isinstance(a, Var) and isinstance(b, Var):
+        return a.name == b.name
+    if isinstance(a, (Const, Sym)) and type(a) is type(b):
+        return a == b
+    return False
+
+
+def render(operand: Operand) -> str:
+    """An operand as a Python expression (Var names map back to source names by the caller)."""
+    if isinstance(operand, Var):
+        return operand.name
+    if isinstance(operand, Const):
+        return repr(operand.value)
+    if isinstance(operand, Sym):
+        return operand.text
+    if isinstance(operand, Seq):
+        inner = ", ".join(render(i) for i in operand.items)
+        return f"[{inner}]" if operand.kind == "list" else f"({inner}{',' if len(operand.items) == 1 else ''})"
+    return "?"
+
+
+# ---------------------------------------------------------------------------------------------
+# The matcher
+
+
+class MethodIndex:
+    """Per-method lookups shared by all rules: definitions, uses, layer table."""
+
+    def __init__(self, file: FileModel, cls: ClassModel, method: Method) -> None:
+        self.file = file
+        self.cls = cls
+        self.method = method
+        self.defs: dict[str, Node] = {}
+        self.uses: dict[str, list[Node]] = {}
+        self.by_op: dict[str, list[Node]] = {}
+        self.cond_text: dict[int, str] = {}
+        for node in method.nodes:
+            for name in node.outputs:
+                self.defs[name] = node
+            for name in node.data_inputs:
+                self.uses.setdefault(name, []).append(node)
+            self.by_op.setdefault(node.op, []).append(node)
+            for cond in node.guard:
+                self.cond_text.setdefault(cond.id, cond.text)
+        self.layers: dict[str, LayerDef] = {}
+        for layer in cls.layers:
+            self.layers.setdefault(layer.attr, layer)
+            for item in layer.items:
+                self.layers.setdefault(item.attr, item)
+
+    def layer_for(self, node: Node) -> LayerDef | None:
+        if node.target is None:
+            return None
+        found = self.layers.get(node.target)
+        if found is None and node.target.endswith("]"):
+            base = node.target[: node.target.rfind("[")]
+            found = self.layers.get(base + "[*]")
+        return found
+
+    def candidates(self, alts: tuple[OpAlt, ...]) -> list[Node]:
+        out: list[Node] = []
+        for alt in alts:
+            if alt.kind == "op":
+                out.extend(self.by_op.get(alt.name, ()))
+                for layer_type, (op, _) in C.LAYER_OPS.items():
+                    if op == alt.name:
+                        out.extend(self.by_op.get(layer_type, ()))
+            else:
+                if "*" in alt.name:
+                    pattern = _glob(alt.name)
+                    for op, nodes in self.by_op.items():
+                        if nodes[0].kind == "layer" and pattern.match(op):
+                            out.extend(nodes)
+                else:
+                    out.extend(n for n in self.by_op.get(alt.name, ()) if n.kind == "layer")
+        seen: set[int] = set()
+        unique = []
+        for node in out:
+            if id(node) not in seen:
+                seen.add(id(node))
+                unique.append(node)
+        return unique
+
+
+class _State:
+    __slots__ = ("bindings", "nodes", "conds", "skipped", "relaxed", "used")
+
+    def __init__(self) -> None:
+        self.bindings: dict[str, Operand] = {}
+        self.nodes: dict[str, Node] = {}
+        self.conds: dict[int, bool] = {}
+        self.skipped: list[str] = []
+        self.relaxed: list[str] = []
+        self.used: set[int] = set()
+
+    def copy(self) -> _State:
+        other = _State.__new__(_State)
+        other.bindings = dict(self.bindings)
+        other.nodes = dict(self.nodes)
+        other.conds = dict(self.conds)
+        other.skipped = list(self.skipped)
+        other.relaxed = list(self.relaxed)
+        other.used = set(self.used)
+        return other
+
+
+def _stmt_key(stmt: PStmt, index: int) -> str:
+    return stmt.out or f"#{index}"
+
+
+class _Matcher:
+    def __init__(self, rule: Rule, index: MethodIndex, relaxed: bool) -> None:
+        self.rule = rule
+        self.ix = index
+        self.relaxed = relaxed
+        self.definer = {s.out: (i, s) for i, s in enumerate(rule.pattern) if s.out}
+        self.attempts = 0
+
+    # -- conditions ------------------------------------------------------------------------
+
+    def add_guard(self, state: _State, guard: tuple[Cond, ...]) -> bool:
+        for cond in guard:
+            have = state.conds.get(cond.id)
+            if have is None:
+                state.conds[cond.id] = cond.taken
+            elif have != cond.taken:
+                return False
+        return True
+
+    # -- statements ------------------------------------------------------------------------
+
+    def match_stmt(self, index: int, stmt: PStmt, node: Node, state: _State):
+        """Yield states in which `node` matches `stmt` (and everything upstream of it)."""
+        self.attempts += 1
+        if self.attempts > MAX_ATTEMPTS_PER_ROOT:
+            return
+        if id(node) in state.used:
+            return
+        params = self.op_params(stmt, node)
+        if params is None:
+            return
+        inputs, kwargs = params
+        base = state.copy()
+        if not self.add_guard(base, node.guard):
+            return
+        base.used.add(id(node))
+        key = _stmt_key(stmt, index)
+        base.nodes[key] = node
+        if stmt.out:
+            base.bindings[stmt.out] = Var(node.outputs[0]) if node.outputs else Const(None)
+        # keywords first (cheap, no backtracking)
+        for name, parg in stmt.kwargs:
+            value = kwargs.get(name)
+            if value is None:
+                if self.relaxed and parg.kind == "lit":
+                    base.relaxed.append(f"{name} not given")
+                    continue
+                if parg.kind == "any":
+                    continue
+                return
+            if parg.kind == "lit" and not _literal_equal(parg.value, value):
+                if self.relaxed:
+                    base.relaxed.append(f"{name}={render(value)} (rule: {parg.value!r})")
+                    continue
+                return
+            if parg.kind == "var" and not self.bind_free(base, parg.value, value):  # type: ignore[arg-type]
+                return
+        if not stmt.open_kwargs:
+            allowed = {name for name, _ in stmt.kwargs}
+            extra = [k for k in kwargs if k not in allowed and not _ignorable_kwarg(node, k)]
+            if extra:
+                if not self.relaxed:
+                    return
+                base.relaxed.append("unexpected " + ", ".join(f"{k}=" for k in extra))
+        orders = [inputs]
+        if node.op in ("add", "mul") and len(inputs) == 2 and len(stmt.args) == 2:
+            orders.append((inputs[1], inputs[0]))
+        for ordered in orders:
+            if stmt.open_kwargs and len(ordered) > len(stmt.args):
+                ordered = ordered[: len(stmt.args)]  # `...`: further arguments are free
+            if len(ordered) != len(stmt.args):
+                continue
+            yield from self.match_args(stmt.args, ordered, 0, base)
+
+    def op_params(self, stmt: PStmt, node: Node) -> tuple[tuple[Operand, ...], dict[str, Operand]] | None:
+        for alt in stmt.ops:
+            if alt.kind == "layer":
+                if node.kind != "layer":
+                    continue
+                if ("*" in alt.name and _glob(alt.name).match(node.op)) or node.op == alt.name:
+                    return node.inputs, dict(node.kwargs)
+            else:
+                if node.kind == "op" and node.op == alt.name:
+                    return node.inputs, dict(node.kwargs)
+                if node.kind == "layer":
+                    as_op = _layer_op(self.ix.layer_for(node))
+                    if as_op is not None and as_op[0] == alt.name:
+                        params = dict(as_op[1])
+                        params.update(node.kwargs)
+                        return node.inputs, params
+        return None
+
+    def match_args(self, pargs: tuple[PArg, ...], operands: tuple[Operand, ...], i: int, state: _State):
+        if i == len(pargs):
+            yield state
+            return
+        parg, operand = pargs[i], operands[i]
+        if parg.kind == "any":
+            yield from self.match_args(pargs, operands, i + 1, state)
+        elif parg.kind == "lit":
+            if _literal_equal(parg.value, operand):
+                yield from self.match_args(pargs, operands, i + 1, state)
+            elif self.relaxed:
+                s = state.copy()
+                s.relaxed.append(f"{render(operand)} (rule: {parg.value!r})")
+                yield from self.match_args(pargs, operands, i + 1, s)
+        else:
+            for s in self.resolve(parg.value, operand, state):  # type: ignore[arg-type]
+                yield from self.match_args(pargs, operands, i + 1, s)
+
+    def bind_free(self, state: _State, var: str, operand: Operand) -> bool:
+        have = state.bindings.get(var)
+        if have is None:
+            state.bindings[var] = operand
+            return True
+        return _same(have, self.through_assign(operand)) or _same(self.through_assign(have), self.through_assign(operand))
+
+    def through_assign(self, operand: Operand) -> Operand:
+        seen = 0
+        while isinstance(operand, Var) and seen < 20:
+            node = self.ix.defs.get(operand.name)
+            if node is None or node.op != "assign" or node.kind != "op" or len(node.inputs) != 1:
+                break
+            operand = node.inputs[0]
+            seen += 1
+        return operand
+
+    def resolve(self, var: str, operand: Operand, state: _State):
+        """Yield states where `operand` is the value of pattern variable `var`."""
+        entry = self.definer.get(var)
+        if entry is None:
+            s = state.copy()
+            if self.bind_free(s, var, operand):
+                yield s
+            return
+        index, stmt = entry
+        for producer, s in self.producers(operand, state):
+            yielded = False
+            for result in self.match_stmt(index, stmt, producer, s):
+                yielded = True
+                yield result
+            if stmt.optional and not yielded:
+                pass
+        if stmt.optional:
+            # the optional statement is absent: its output is its first data input
+            s = state.copy()
+            s.skipped.append(_stmt_key(stmt, index))
+            first = stmt.data_args[0]
+            yield from self.resolve(first, operand, s)
+
+    def producers(self, operand: Operand, state: _State):
+        """The nodes that may produce `operand`, following assignments and, through `phi` merges,
+        each branch (recording the branch decision)."""
+        if not isinstance(operand, Var):
+            return
+        node = self.ix.defs.get(operand.name)
+        depth = 0
+        while node is not None and node.kind == "op" and node.op == "assign" and len(node.inputs) == 1 \
+                and isinstance(node.inputs[0], Var) and depth < 20:
+            s_guard_ok = True
+            if not s_guard_ok:
+                return
+            node = self.ix.defs.get(node.inputs[0].name)
+            depth += 1
+        if node is None:
+            return
+        if node.kind == "phi":
+            cid_operand = node.kwarg("if")
+            for position, branch in enumerate(node.inputs):
+                s = state.copy()
+                if isinstance(cid_operand, Const) and isinstance(cid_operand.value, int) and len(node.inputs) == 2:
+                    cid = cid_operand.value
+                    taken = position == 0
+                    if s.conds.get(cid, taken) != taken:
+                        continue
+                    s.conds[cid] = taken
+                yield from self.producers(branch, s)
+            return
+        yield node, state
+
+
+def _ignorable_kwarg(node: Node, name: str) -> bool:
+    # `inplace=` of an activation/dropout changes no value a rewrite depends on
+    return name in ("inplace",)
+
+
+# ---------------------------------------------------------------------------------------------
+# Driving: all rules over all methods
+
+
+def _extra_roots(rule: Rule) -> list[tuple[int, PStmt]]:
+    """Statements besides the last whose output no later statement reads: each is matched on its
+    own, sharing the bindings (a pattern may have several sinks, like three projections)."""
+    consumed = {v for s in rule.pattern for v in s.data_args}
+    return [(i, s) for i, s in enumerate(rule.pattern[:-1]) if not s.out or s.out not in consumed][::-1]
+
+
+def match_method(rule: Rule, index: MethodIndex, relaxed: bool = False) -> list[Match]:
+    matcher = _Matcher(rule, index, relaxed)
+    root_index = len(rule.pattern) - 1
+    root = rule.root
+    extra = _extra_roots(rule)
+    out: list[Match] = []
+
+    def complete(state: _State, k: int):
+        if k == len(extra):
+            yield state
+            return
+        i, stmt = extra[k]
+        for node in index.candidates(stmt.ops):
+            for s in matcher.match_stmt(i, stmt, node, state):
+                yield from complete(s, k + 1)
+
+    for node in index.candidates(root.ops):
+        matcher.attempts = 0
+        for first in matcher.match_stmt(root_index, root, node, _State()):
+            for state in complete(first, 0):
+                if relaxed and not state.relaxed:
+                    continue
+                out.append(Match(rule, index.file, index.cls, index.method, node, state.nodes, state.bindings,
+                                 state.conds, index.cond_text, tuple(state.skipped), tuple(state.relaxed)))
+                if extra:
+                    break  # one completion per root is enough
+    return out
+
+
+def iter_indexes(file: FileModel):
+    for cls in file.classes:
+        for method in cls.methods:
+            yield MethodIndex(file, cls, method)

@@ -1,0 +1,82 @@
+"""The rule model: what a `.rule` file says, as data (parsed by engine.match.rulefile).
+
+A rule's `match` block is a small data-flow pattern: statements `$out = OP(args)` where OP is a
+canonical op (`softmax`), a qualified function (`torch.cat`), a tensor method (`.masked_fill`), or a
+layer type (`@torch.nn.Linear`; `*` wildcards allowed in the dotted name). Alternatives are written
+`a | b`; a trailing `?` makes a statement optional (when absent, its output is its first input).
+An argument that names another statement's output is a data-flow edge; any other `$variable`
+binds once and must bind the same value everywhere. The last statement is the root: the value the
+rewrite replaces.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class PArg:
+    """One pattern argument: a `$variable`, a literal, or `_` (anything)."""
+
+    kind: str  # "var", "lit", "any"
+    value: object = None  # variable name (without $) or the literal
+
+
+@dataclass(frozen=True)
+class OpAlt:
+    """One alternative of an op spec."""
+
+    kind: str  # "op" (canonical/qualified/.method) or "layer" (a layer call of that type)
+    name: str  # may contain `*` wildcards for layer types
+
+
+@dataclass(frozen=True)
+class PStmt:
+    out: str | None
+    ops: tuple[OpAlt, ...]
+    args: tuple[PArg, ...]
+    kwargs: tuple[tuple[str, PArg], ...]
+    optional: bool = False
+    open_kwargs: bool = False  # `...` in the argument list: other keywords allowed
+    line: int = 0
+
+    @property
+    def data_args(self) -> list[str]:
+        return [a.value for a in self.args if a.kind == "var"]  # type: ignore[misc]
+
+
+@dataclass(frozen=True)
+class Example:
+    kind: str  # "fires" or "near-miss"
+    code: str
+    expect: str | None = None  # expected rewritten code (fires, rewriting rules)
+    reason: str | None = None  # expected near-miss reason substring
+    count: int = 1  # how many findings the example must produce
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    summary: str
+    kernel: str
+    pattern: tuple[PStmt, ...]
+    requires: tuple[str, ...] = ()
+    imports: tuple[str, ...] = ()
+    detect_only: bool = False
+    rewrite: str | None = None  # Python expression template with $variables
+    guard: bool = False  # may keep the original code on paths where intermediates escape
+    constraints: tuple[str, ...] = ()  # named checks (see engine.match.constraints)
+    examples: tuple[Example, ...] = ()
+    doc: str = ""
+    path: str = ""
+    options: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def root(self) -> PStmt:
+        return self.pattern[-1]
+
+    def definer(self, var: str) -> PStmt | None:
+        for stmt in self.pattern:
+            if stmt.out == var:
+                return stmt
+        return None

@@ -1,0 +1,180 @@
+"""Scope analysis: from raw matches to findings (rewritable, guarded, or near-miss with a reason)."""
+
+from __future__ import annotations
+
+from engine.dsl.ir import Const, FileModel, Node, Var
+from engine.match import constraints
+from engine.match.matcher import Finding, Match, MethodIndex, iter_indexes, match_method
+from engine.match.rule import Rule
+
+
+def _cond_python(text: str, taken: bool) -> str:
+    return text if taken else f"not ({text})"
+
+
+def _negate(text: str, taken: bool) -> str:
+    """The condition under which a branch decision (cond text, taken) does NOT hold."""
+    return f"not ({text})" if taken else text
+
+
+def _transitive_uses(ix: MethodIndex, name: str) -> list[Node]:
+    """Nodes that read `name`, looking through phi merges and plain assignments."""
+    out: list[Node] = []
+    todo = [name]
+    seen = {name}
+    while todo:
+        current = todo.pop()
+        for use in ix.uses.get(current, ()):
+            if use.kind == "phi" or (use.kind == "op" and use.op == "assign" and len(use.inputs) == 1):
+                if use.kind == "phi" and not any(isinstance(i, Var) and i.name == current for i in use.inputs):
+                    continue  # the phi only reads it as its branch test
+                for out_name in use.outputs:
+                    if out_name not in seen:
+                        seen.add(out_name)
+                        todo.append(out_name)
+                continue
+            out.append(use)
+    return out
+
+
+def _compatible(node: Node, conditions: dict[int, bool]) -> bool:
+    return all(conditions.get(c.id, c.taken) == c.taken for c in node.guard)
+
+
+def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding:
+    rule = match.rule
+    nodes = match.matched_nodes
+    matched_ids = {id(n) for n in nodes}
+    first = min((n.pos for n in nodes if n.pos), key=lambda p: (p.line, p.col))
+    last = max((n.pos for n in nodes if n.pos), key=lambda p: (p.end_line, p.end_col))
+    related = []
+    for n in nodes:
+        for site in n.via:
+            if site not in related:
+                related.append(site)
+    finding = Finding(rule.id, "rewritten" if not rule.detect_only else "detected", match.file.path, match.cls.name,
+                      match.method.name, first.line, last.end_line, rule.summary, None,
+                      [n.pos for n in nodes if n.pos], related, None, match)
+
+    def near_miss(reason: str) -> Finding:
+        finding.status = "near-miss"
+        finding.reason = reason
+        return finding
+
+    # 1. constants and named constraints
+    if match.relaxed:
+        return near_miss("constant differs from the rule: " + "; ".join(match.relaxed))
+    for name in rule.constraints:
+        problem = constraints.CHECKS[name](match, ix)
+        if problem:
+            return near_miss(problem)
+
+    # 2. intermediates must not escape
+    guards: list[str] = []
+    root_outputs = set(match.root.outputs)
+    for node in nodes:
+        for name in node.outputs:
+            if name in root_outputs:
+                continue
+            for use in _transitive_uses(ix, name):
+                if id(use) in matched_ids or not _compatible(use, match.conditions):
+                    continue
+                extra = [c for c in use.guard if c.id not in match.conditions]
+                where = f"line {use.pos.line}" if use.pos else "a merge"
+                what = "returned" if use.kind == "return" else "stored" if use.kind == "store" else f"used by `{use.op}`"
+                if not extra:
+                    return near_miss(f"intermediate `{_source_name(name)}` escapes the match: {what} at {where}")
+                guards.append(" and ".join(_cond_python(c.text, c.taken) for c in extra))
+
+    # 3. decisions the match depends on beyond its root's own guard
+    for cid, taken in sorted(match.extra_conditions.items()):
+        if _covered(match, cid, taken, siblings, ix):
+            continue
+        guards.append(_negate(match.cond_text.get(cid, f"<condition {cid}>"), taken))
+
+    # 4. rewriting needs all matched nodes in one function body
+    if not rule.detect_only:
+        bodies = {n.via for n in nodes}
+        if len(bodies) > 1:
+            return near_miss("the match spans a helper function and its caller; rewrite the helper by hand or inline it")
+
+    if guards:
+        unique = list(dict.fromkeys(guards))
+        finding.guard_text = " or ".join(f"({g})" if " or " in g else g for g in unique)
+        if rule.detect_only:
+            return finding
+        if not rule.guard:
+            return near_miss(f"holds only when not ({finding.guard_text}); this rule has no guarded form")
+        finding.status = "guarded"
+    return finding
+
+
+def _source_name(ssa: str) -> str:
+    return ssa.split(".", 1)[0]
+
+
+def _covered(match: Match, cid: int, taken: bool, siblings: list[Match], ix: MethodIndex) -> bool:
+    """A decision is covered when the other branch matches too, with an optional statement absent
+    whose input is None exactly there (`if attention_mask is not None: s = s + attention_mask`):
+    the kernel then receives the variable itself, which is None on that branch."""
+    for other in siblings:
+        if other is match or other.conditions.get(cid) != (not taken):
+            continue
+        if not other.skipped and not match.skipped:
+            continue
+        # the test must be `V is not None` / `V is None` on a variable bound by the match
+        phi = next((n for n in ix.method.nodes if n.kind == "phi" and n.kwarg("if") == Const(cid)), None)
+        test = phi.kwarg("test") if phi is not None else None
+        if not isinstance(test, Var):
+            continue
+        compare = ix.defs.get(test.name)
+        if compare is None or compare.op not in ("compare:isnot", "compare:is") or len(compare.inputs) != 2 \
+                or compare.inputs[1] != Const(None):
+            continue
+        subject = compare.inputs[0]
+        bound = [v for v in match.bindings.values() if isinstance(v, Var)]
+        if any(isinstance(subject, Var) and b.name == subject.name for b in bound):
+            return True
+    return False
+
+
+def find(files: list[FileModel], rules: list[Rule], *, near_misses: bool = True) -> list[Finding]:
+    """All findings of `rules` in `files`, one per source location and rule."""
+    findings: list[Finding] = []
+    for file in files:
+        indexes = list(iter_indexes(file))
+        for rule in rules:
+            findings.extend(_find_rule(rule, indexes, near_misses))
+    return findings
+
+
+def _find_rule(rule: Rule, indexes: list[MethodIndex], near_misses: bool) -> list[Finding]:
+    chosen: dict[frozenset, tuple[Match, MethodIndex, list[Match]]] = {}
+    for ix in indexes:
+        matches = match_method(rule, ix)
+        by_root: dict[int, list[Match]] = {}
+        for m in matches:
+            by_root.setdefault(id(m.root), []).append(m)
+        for group in by_root.values():
+            # the fullest match (most nodes) of a root is the one to rewrite
+            best = max(group, key=lambda m: (len(m.nodes), -len(m.extra_conditions)))
+            key = best.location_key
+            previous = chosen.get(key)
+            # a location seen both in a helper's own body and inlined into a caller: keep the
+            # helper's own (fewer inlining steps)
+            if previous is None or len(best.root.via) < len(previous[0].root.via):
+                chosen[key] = (best, ix, group)
+    # an overlapping larger match wins over a smaller one inside it (e.g. inlined twice)
+    results = [analyse(m, ix, group) for m, ix, group in chosen.values()]
+    if near_misses:
+        strict_positions = {p for key in chosen for p in key}
+        relaxed_seen: set[frozenset] = set()
+        for ix in indexes:
+            for m in match_method(rule, ix, relaxed=True):
+                key = m.location_key
+                if key in relaxed_seen or key & strict_positions:
+                    continue
+                relaxed_seen.add(key)
+                results.append(analyse(m, ix, [m]))
+    results.sort(key=lambda f: (f.file, f.line, f.rule_id))
+    return results
