@@ -15,8 +15,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
-
 from engine.verify import result as R
 from engine.verify.compare import check_run
 from engine.verify.merge import MergeConflict, merge_overlays
@@ -146,6 +144,8 @@ class Verifier:
             out.message = data.get("message", "")
             return out
         out.cases = data["cases"]
+        import torch  # only here: the rest of engine.verify works without torch installed
+
         tensors_path = Path(job["tensors_file"])
         out.tensors = torch.load(tensors_path, weights_only=True) if tensors_path.exists() else {}
         return out
@@ -174,6 +174,13 @@ class Verifier:
             result.network_isolated = reference.network_isolated
             if reference.status != R.PASSED:
                 statuses.append((reference.status, f"the original model could not be run: {reference.message}"))
+                continue
+            broken = [(n, c) for n, c in reference.cases.items() if c.get("status") != "ok"]
+            if len(broken) == len(reference.cases):  # not one case ran: say why instead of comparing nothing
+                name, case = broken[0]
+                status = R.OOM if case.get("status") == "oom" else R.ERROR
+                statuses.append((status, f"the original model could not be run: {name} ({case.get('phase', '')}): "
+                                         f"{case.get('message', '')}"))
                 continue
             candidate = self._run_side("rewritten", members, overlay, reference)
             if candidate.status != R.PASSED:

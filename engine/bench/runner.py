@@ -1,0 +1,248 @@
+"""Benchmark of the training step: original against rewritten, interleaved.
+
+Each side runs in its own fresh, sandboxed child process (``engine/verify/child.py`` in ``bench``
+mode) that builds the model once and then serves timing requests, so the two sides can be
+interleaved without ever importing both versions of the same modules into one interpreter:
+
+  warm-up steps on each side, then ``repeats`` rounds; in each round both sides run
+  ``steps_per_repeat`` training steps (forward, loss, backward, optimizer step), the order of the
+  two alternating between rounds so that drift (thermal, other load) hits both alike.
+
+Step time is the median over rounds; the speedup is baseline median / optimized median, and the
+per-round ratios are kept to show the spread. Peak memory: ``torch.cuda.max_memory_allocated`` on
+CUDA; on CPU the peak resident set of the side's process minus its resident set before the model
+was built (the torch import is the same on both sides and would only dilute the difference).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from engine.verify.sandbox import Limits, kill, popen
+from engine.verify.targets import HFTarget, Target, discover_targets
+from engine.verify.workspace import materialize, overlay_from
+
+CHILD = Path(__file__).resolve().parent.parent / "verify" / "child.py"
+DEFAULT_SHAPE = {"batch_size": 8, "seq_len": 512}
+DEFAULT_HF_SHAPE = {"batch_size": 4, "seq_len": 512}
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    device: str = "cpu"  # "cpu" or "cuda"
+    dtype: str = "float32"  # "float32" or "bfloat16"
+    warmup: int = 3
+    repeats: int = 10
+    steps_per_repeat: int = 1
+    shape: dict | None = None  # build() arguments; default: the target's bench shape, else DEFAULT_SHAPE
+    threads: int | None = None  # torch threads in each side's process
+    seed: int = 0
+    hf_size: str = "bench"  # config size for Hugging Face models ("bench" or "small")
+    timeout_s: float = 1800.0  # for the whole benchmark
+    memory_bytes: int | None = None  # address-space limit per side (CPU only)
+    allow_network: bool = False
+    workdir: Path | None = None
+
+
+@dataclass
+class BenchResult:
+    status: str  # "ok", "error", "timeout", "oom", "skipped"
+    message: str = ""
+    target: str | None = None
+    device: str = "cpu"
+    device_name: str | None = None
+    dtype: str = "float32"
+    shape: dict = field(default_factory=dict)
+    input_shapes: dict = field(default_factory=dict)
+    parameters: int | None = None
+    threads: int | None = None
+    warmup: int = 0
+    repeats: int = 0
+    steps_per_repeat: int = 1
+    baseline_step_s: float | None = None
+    optimized_step_s: float | None = None
+    speedup: float | None = None  # baseline / optimized step time (> 1: faster)
+    pair_ratios: list[float] = field(default_factory=list)  # per-round baseline / optimized
+    baseline_times_s: list[float] = field(default_factory=list)
+    optimized_times_s: list[float] = field(default_factory=list)
+    memory_metric: str = ""
+    baseline_peak_bytes: int | None = None
+    optimized_peak_bytes: int | None = None
+    memory_reduction: float | None = None  # 1 - optimized / baseline (> 0: less memory)
+    versions: dict = field(default_factory=dict)
+    network_isolated: bool | None = None
+    duration_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class _WorkerError(Exception):
+    def __init__(self, status: str, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+class _Worker:
+    """One side's child process, spoken to in JSON lines."""
+
+    def __init__(self, name: str, process: subprocess.Popen, stderr_path: Path, deadline: float):
+        self.name, self.process, self.stderr_path, self.deadline = name, process, stderr_path, deadline
+        self._buffer = b""
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(process.stdout, selectors.EVENT_READ)
+
+    def _stderr_tail(self) -> str:
+        try:
+            return self.stderr_path.read_text(errors="replace")[-1500:]
+        except OSError:
+            return ""
+
+    def read(self) -> dict:
+        while b"\n" not in self._buffer:
+            remaining = self.deadline - time.monotonic()
+            if remaining <= 0:
+                raise _WorkerError("timeout", f"{self.name}: stopped by the time limit")
+            if not self._selector.select(timeout=min(remaining, 5.0)):
+                continue
+            chunk = os.read(self.process.stdout.fileno(), 65536)
+            if not chunk:
+                code = self.process.wait(timeout=10)
+                if code == -9:
+                    raise _WorkerError("oom", f"{self.name}: killed by signal 9 (likely out of memory)")
+                raise _WorkerError("error", f"{self.name}: exited with code {code}: {self._stderr_tail()}")
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        message = json.loads(line)
+        if message.get("status") in ("error", "oom"):
+            raise _WorkerError(message["status"], f"{self.name} ({message.get('phase', '')}): {message.get('message', '')}")
+        return message
+
+    def request(self, **message) -> dict:
+        try:
+            self.process.stdin.write((json.dumps(message) + "\n").encode())
+            self.process.stdin.flush()
+        except BrokenPipeError:
+            pass  # read() reports why the process went away
+        return self.read()
+
+    def close(self) -> None:
+        try:
+            if self.process.poll() is None:
+                self.request(op="quit")
+        except (_WorkerError, OSError, ValueError):
+            pass
+        kill(self.process)
+        self._selector.close()
+
+
+def _start(name: str, side: str, tree, target: Target, shape: dict, config: BenchConfig, base: Path,
+           state_file: Path, deadline: float) -> tuple[_Worker, bool]:
+    base.mkdir(parents=True, exist_ok=True)
+    job = {
+        "mode": "bench", "side": side, "sys_path": list(tree.sys_path), "target": target.spec(tree.harness_root),
+        "shape": shape, "seed": config.seed, "device": config.device, "dtype": config.dtype,
+        "threads": config.threads, "hf_size": config.hf_size, "state_file": str(state_file),
+    }
+    (base / "job.json").write_text(json.dumps(job))
+    stderr_path = base / "stderr.txt"
+    limits = Limits(timeout_s=config.timeout_s, memory_bytes=config.memory_bytes, threads=config.threads,
+                    network=config.allow_network)
+    with open(stderr_path, "wb") as stderr:
+        process, isolated = popen(CHILD, [str(base / "job.json")], cwd=tree.cwd, home=base / "home", limits=limits,
+                                  cuda=config.device.startswith("cuda"), stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=stderr)
+    return _Worker(name, process, stderr_path, deadline), isolated
+
+
+def _timed(worker: _Worker, steps: int) -> float:
+    times = worker.request(op="steps", n=steps)["times"]
+    return statistics.median(times)
+
+
+def bench(original_root: Path, rewritten: dict[str, str] | Path, target: Target | None = None, *,
+          config: BenchConfig | None = None) -> BenchResult:
+    """Time the training step of the original and the rewritten model; measure their peak memory."""
+    config = config or BenchConfig()
+    started = time.monotonic()
+    root = Path(original_root).resolve()
+    overlay = overlay_from(root, rewritten)
+    if target is None:
+        found = discover_targets(root, overlay, hf_limit=1)
+        if not found:
+            return BenchResult("skipped", "nothing to build: no harness and no Hugging Face model class",
+                               device=config.device, dtype=config.dtype)
+        target = found[0]
+    default = DEFAULT_HF_SHAPE if isinstance(target, HFTarget) else DEFAULT_SHAPE
+    shape = dict(config.shape or target.bench_shape or default)
+    result = BenchResult("ok", target=target.label, device=config.device, dtype=config.dtype, shape=shape,
+                         warmup=config.warmup, repeats=config.repeats, steps_per_repeat=config.steps_per_repeat)
+    own_dir = config.workdir is None
+    work = Path(tempfile.mkdtemp(prefix="adopter-bench-")) if own_dir else Path(config.workdir)
+    deadline = time.monotonic() + config.timeout_s
+    workers: list[_Worker] = []
+    try:
+        original_tree = materialize(root, {}, work / "original" / "tree", target)
+        rewritten_tree = materialize(root, overlay, work / "rewritten" / "tree", target)
+        state_file = work / "state.pt"
+        baseline, isolated = _start("original", "original", original_tree, target, shape, config,
+                                    work / "original" / "job", state_file, deadline)
+        workers.append(baseline)
+        ready = baseline.read()  # the original writes the weights the rewritten side loads
+        optimized, _ = _start("rewritten", "rewritten", rewritten_tree, target, shape, config,
+                              work / "rewritten" / "job", state_file, deadline)
+        workers.append(optimized)
+        optimized.read()
+        result.network_isolated = isolated
+        result.versions = ready["versions"]
+        result.device_name = ready["device_name"]
+        result.parameters = ready["parameters"]
+        result.input_shapes = ready["input_shapes"]
+        result.threads = ready["threads"]
+        if config.warmup:
+            baseline.request(op="steps", n=config.warmup)
+            optimized.request(op="steps", n=config.warmup)
+        for round_index in range(config.repeats):
+            order = (baseline, optimized) if round_index % 2 == 0 else (optimized, baseline)
+            times = {worker.name: _timed(worker, config.steps_per_repeat) for worker in order}
+            result.baseline_times_s.append(times["original"])
+            result.optimized_times_s.append(times["rewritten"])
+            result.pair_ratios.append(times["original"] / times["rewritten"])
+        if result.baseline_times_s:
+            result.baseline_step_s = statistics.median(result.baseline_times_s)
+            result.optimized_step_s = statistics.median(result.optimized_times_s)
+            result.speedup = result.baseline_step_s / result.optimized_step_s
+        memory = [worker.request(op="memory") for worker in (baseline, optimized)]
+        if config.device.startswith("cuda"):
+            result.memory_metric = "torch.cuda.max_memory_allocated"
+            peaks = [m["peak_bytes"] for m in memory]
+        else:
+            result.memory_metric = "peak RSS of the side's process minus its RSS before building the model"
+            peaks = [max(0, m["peak_bytes"] - m["base_bytes"]) for m in memory]
+        result.baseline_peak_bytes, result.optimized_peak_bytes = peaks
+        if peaks[0]:
+            result.memory_reduction = 1.0 - peaks[1] / peaks[0]
+    except _WorkerError as exc:
+        result.status, result.message = exc.status, str(exc)
+    except (OSError, ValueError) as exc:
+        result.status, result.message = "error", f"{type(exc).__name__}: {exc}"
+    finally:
+        for worker in workers:
+            worker.close()
+        if own_dir:
+            shutil.rmtree(work, ignore_errors=True)
+    result.duration_s = time.monotonic() - started
+    return result

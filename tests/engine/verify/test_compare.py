@@ -1,0 +1,46 @@
+"""Tolerances: rounding-level differences pass, real differences fail, float64 arbitrates."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from engine.verify.compare import check_run, check_tensor  # noqa: E402
+
+pytestmark = pytest.mark.torch
+
+
+def test_rounding_differences_pass_and_real_ones_fail():
+    a = torch.randn(64, 64)
+    assert check_tensor("t", a, a + 1e-7 * torch.randn(64, 64), "float32").passed
+    wrong = check_tensor("t", a, a * 1.01, "float32")
+    assert not wrong.passed and wrong.max_rel_err == pytest.approx(0.01, rel=1e-3)
+
+
+def test_float64_reference_accepts_a_more_precise_kernel():
+    truth = torch.randn(1000, dtype=torch.float64)
+    original = (truth + 1e-3 * torch.randn(1000, dtype=torch.float64)).float()  # an imprecise original
+    rewritten = (truth + 1e-6 * torch.randn(1000, dtype=torch.float64)).float()  # closer to the truth
+    assert not check_tensor("t", original, rewritten, "float32").passed
+    check = check_tensor("t", original, rewritten, "float32", truth)
+    assert check.passed and check.criterion == "float64 reference"
+    worse = (truth + 1e-1 * torch.randn(1000, dtype=torch.float64)).float()
+    assert not check_tensor("t", original, worse, "float32", truth).passed
+
+
+def test_missing_gradient_shape_and_nan_are_failures():
+    a = torch.ones(3)
+    checks = check_run({"grad/param.w": a, "out": a}, {"out": a}, "float32")
+    assert [c.key for c in checks if not c.passed] == ["grad/param.w"]
+    assert check_tensor("t", a, torch.ones(4), "float32").criterion == "shape"
+    nan = torch.tensor([1.0, float("nan")])
+    assert check_tensor("t", nan, nan.clone(), "float32").passed
+    assert not check_tensor("t", nan, torch.tensor([1.0, 2.0]), "float32").passed
+
+
+def test_bfloat16_tolerance_is_wider():
+    a = torch.randn(256)
+    b = a + 5e-3 * a.abs().max() * torch.randn(256).clamp(-1, 1)
+    assert not check_tensor("t", a, b, "float32").passed
+    assert check_tensor("t", a, b, "bfloat16").passed

@@ -1,0 +1,51 @@
+"""Hugging Face-style models: BERT of the installed transformers 4.34.1, verified through a patched
+copy of the package (the installed one is never touched)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from engine.verify import Verifier, VerifyConfig  # noqa: E402
+from tests.engine.verify.fixtures import bert_sdpa_patch  # noqa: E402
+
+pytestmark = pytest.mark.torch
+
+BERT = Path(transformers.__file__).parent / "models" / "bert"
+
+
+@pytest.fixture(scope="module")
+def verifier():
+    config = VerifyConfig(timeout_s=180, threads=1, hf_max_models=1,
+                          shapes=({"batch_size": 2, "seq_len": 12}, {"batch_size": 1, "seq_len": 5}))
+    with Verifier(BERT, config=config) as v:
+        yield v
+
+
+def test_bert_self_attention_on_sdpa_passes(verifier):
+    installed = (BERT / "modeling_bert.py").read_text()
+    result = verifier.check({"modeling_bert.py": bert_sdpa_patch(installed)})
+    assert result.passed, result.message
+    assert result.targets == ["transformers.models.bert.modeling_bert.BertModel"]
+    assert {c.run for c in result.cases} == {"eval|float32", "train|float32", "train-dropout"}
+    assert any("batch_size=1" in c.name for c in result.cases)
+    assert (BERT / "modeling_bert.py").read_text() == installed  # the installed package is untouched
+
+
+def test_bert_patch_with_wrong_scale_fails(verifier):
+    installed = (BERT / "modeling_bert.py").read_text()
+    result = verifier.check({"modeling_bert.py": bert_sdpa_patch(installed, wrong_scale=True)})
+    assert result.status == "failed"
+    assert result.max_rel_err > 1e-2
+
+
+def test_bert_patch_that_does_not_import_is_an_error(verifier):
+    installed = (BERT / "modeling_bert.py").read_text()
+    broken = installed.replace("import math\n", "import math\nfrom torch.nn.functional import no_such_kernel\n", 1)
+    result = verifier.check({"modeling_bert.py": broken})
+    assert result.status == "error"
+    assert "no_such_kernel" in result.message
