@@ -45,6 +45,7 @@ MAX_CONDS_PER_METHOD = 400  # beyond this, nested branches are flattened (report
 _MODULE_BASES = {"torch.nn.Module", "torch.nn.modules.module.Module"}
 _MODULE_HINTS = ("Module", "Model", "Layer", "Block", "Encoder", "Decoder", "Attention", "Embeddings",
                  "Head", "Net", "MLP", "Norm", "PreTrainedModel")
+_TENSOR_TYPES = {"torch.nn.Parameter", "torch.nn.parameter.Parameter", "buffer"}
 _CONTAINERS = {"torch.nn.ModuleList", "torch.nn.Sequential", "torch.nn.ModuleDict", "torch.nn.ParameterList"}
 
 
@@ -517,9 +518,11 @@ def _literal(expr: ast.expr) -> object:
 class _Scope:
     """Name bindings inside one (possibly inlined) function body."""
 
-    def __init__(self, env: dict[str, str], layers: dict[str, str], self_class: list[ClassInfo] | None) -> None:
+    def __init__(self, env: dict[str, str], layers: dict[str, str], self_class: list[ClassInfo] | None,
+                 tensors: frozenset[str] = frozenset()) -> None:
         self.env = env  # python name -> current SSA name
         self.layers = layers  # python name -> layer target (for `layer = self.layers[i]`)
+        self.tensors = tensors  # `self.X` attributes holding tensors (parameters, buffers)
         self.self_class = self_class  # MRO when `self` is the module, None in a plain function
         self.returns: list[tuple[Operand, tuple[Cond, ...]]] = []
 
@@ -569,12 +572,17 @@ class _MethodExtractor:
         self.cond_count += 1
         return cid
 
+    def tensor_attrs(self) -> frozenset[str]:
+        return frozenset(attr for attr, defs in self.table.items()
+                         if any(d.type in _TENSOR_TYPES or d.type.startswith("torch.") and d.type.rpartition(".")[2][:1].islower()
+                                for d in defs))
+
     # -- entry ------------------------------------------------------------------------------
 
     def run(self) -> Method:
         fn = self.fn
         params, env = self.bind_params(fn, skip_self=True)
-        scope = _Scope(env, {}, self.chain)
+        scope = _Scope(env, {}, self.chain, self.tensor_attrs())
         try:
             self.block(fn.body, scope, ())
         except _Terminated:
@@ -960,6 +968,8 @@ class _MethodExtractor:
                 self.kinds[out[0]] = "scalar"
             return Var(out[0])
         if isinstance(e, ast.Attribute):
+            if isinstance(e.value, ast.Name) and e.value.id == "self":
+                return Sym(f"self.{e.attr}")  # a parameter or buffer: a value, not a computation
             obj = self.expr(e.value, scope, guard)
             out = self.emit("op", "getattr", (obj, Const(e.attr)), (), guard, e)
             return Var(out[0])
@@ -1114,7 +1124,9 @@ class _MethodExtractor:
             inputs = args
         if canonical is not None:
             inputs, kwargs = _normalize_signature(canonical, inputs, kwargs)
-        out = self.emit("op", op, inputs, kwargs, guard, e)
+        # `target` keeps the spelling (resolved): canonical `softmax` from `torch.nn.functional.softmax`
+        spelled = f".{name}" if is_method else name
+        out = self.emit("op", op, inputs, kwargs, guard, e, target=spelled if spelled != op else None)
         if (is_method and (name in C.SCALAR_METHODS or name == "size" and args)) or \
                 (not is_method and name in C.SCALAR_FUNCTIONS):
             self.kinds[out[0]] = "scalar"
@@ -1154,7 +1166,7 @@ class _MethodExtractor:
         if fn.args.vararg or fn.args.kwarg or any(isinstance(a, ast.Starred) for a in e.args) \
                 or any(k.arg is None for k in e.keywords):
             return None
-        if self.fx.is_generator(fn):
+        if self.fx.is_generator(fn) or _is_scripted(fn):
             return None
         params = [*fn.args.posonlyargs, *fn.args.args]
         is_static = any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in fn.decorator_list)
@@ -1177,7 +1189,7 @@ class _MethodExtractor:
         defaults = dict(zip([p.arg for p in params][len(params) - len(fn.args.defaults):], fn.args.defaults, strict=True))
         defaults.update({p.arg: d for p, d in zip(kwonly, fn.args.kw_defaults, strict=True) if d is not None})
         env: dict[str, str] = {}
-        callee_scope = _Scope(env, {}, scope.self_class if bound_self else None)
+        callee_scope = _Scope(env, {}, scope.self_class if bound_self else None, scope.tensors if bound_self else frozenset())
         for param in [*params, *kwonly]:
             value = binding.get(param.arg)
             if value is None:
@@ -1220,6 +1232,16 @@ class _MethodExtractor:
         self.generated.add(out)
         self.nodes.append(Node("phi", "phi", tuple(inputs), (), (out,), None, guard, None, self.via))
         return Var(out)
+
+
+def _is_scripted(fn: ast.FunctionDef) -> bool:
+    """`@torch.jit.script` functions are compiled on their own: their code is not part of the
+    caller's Python, and a kernel swapped into them would have to be scriptable."""
+    for dec in fn.decorator_list:
+        target = dec.func if isinstance(dec, ast.Call) else dec
+        if isinstance(target, ast.Attribute) and target.attr in ("script", "script_if_tracing"):
+            return True
+    return False
 
 
 def _with_outputs(node: Node, outputs: tuple[str, ...]) -> Node:
@@ -1280,7 +1302,10 @@ def _has_data(e: ast.AST, scope: _Scope) -> bool:
     if t is ast.Constant:
         return False
     if t is ast.Attribute:
-        return _has_data(e.value, scope)  # type: ignore[attr-defined]
+        value = e.value  # type: ignore[attr-defined]
+        if scope.tensors and type(value) is ast.Name and value.id == "self" and f"self.{e.attr}" in scope.tensors:  # type: ignore[attr-defined]
+            return True
+        return _has_data(value, scope)
     if t is ast.Call:
         if _has_data(e.func, scope):  # type: ignore[attr-defined]
             return True

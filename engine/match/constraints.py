@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from engine.dsl.ir import Const, Sym, Var
+from engine.dsl.ir import Const, Seq, Sym, Var
 from engine.match.matcher import Match, MethodIndex, numeric
 
 
@@ -55,3 +55,71 @@ CHECKS: dict[str, Callable[[Match, MethodIndex], str | None]] = {
     "same_branch": _same_branch,
     "same_helper": _same_helper,
 }
+
+
+# ---------------------------------------------------------------------------------------------
+# Rank inference, for dimension arguments
+
+
+_SAME_RANK_OPS = {"add", "sub", "mul", "div", "scale", "masked_fill", "dropout", "softmax", "log_softmax", "neg",
+                  ".to", ".float", ".half", ".type_as", ".type", ".contiguous", ".clone", "assign", "transpose",
+                  "gelu", "relu", "silu", "tanh", "sigmoid", "exp", "sqrt", "rsqrt", "pow", "erf", ".masked_fill_"}
+
+
+def rank_of(operand, ix: MethodIndex, depth: int = 0) -> int | None:
+    """The number of dimensions of a value where the code makes it certain (einsum output spec,
+    view/reshape/permute with listed sizes, ops that keep their input's rank)."""
+    if depth > 40 or not isinstance(operand, Var):
+        return None
+    node = ix.defs.get(operand.name)
+    if node is None:
+        return None
+    if node.kind == "phi":
+        ranks = {rank_of(i, ix, depth + 1) for i in node.inputs}
+        return ranks.pop() if len(ranks) == 1 else None
+    op = node.op
+    if op == "torch.einsum" and node.inputs and isinstance(node.inputs[0], Const) and isinstance(node.inputs[0].value, str):
+        spec = node.inputs[0].value.replace(" ", "")
+        if "->" in spec and "..." not in spec:
+            return len(spec.split("->", 1)[1])
+        return None
+    if op in (".view", ".reshape", ".permute", "torch.reshape"):
+        args = node.inputs[1:]
+        if len(args) == 1 and isinstance(args[0], Seq):
+            return len(args[0].items)
+        if len(args) == 1 and isinstance(args[0], Const) and isinstance(args[0].value, tuple):
+            return len(args[0].value)
+        if args and all(not isinstance(a, Seq) and not (isinstance(a, Var) and ix.defs.get(a.name) is not None
+                                                       and ix.defs[a.name].op in ("add",)) for a in args):
+            return len(args) if len(args) > 1 or isinstance(args[0], Const) else None
+        return None
+    if op == "matmul":
+        ranks = [rank_of(i, ix, depth + 1) for i in node.inputs[:2]]
+        return max(ranks) if all(r is not None for r in ranks) else None  # type: ignore[type-var]
+    if node.kind == "layer":
+        layer = ix.layer_for(node)
+        if layer is not None and layer.type in ("torch.nn.Dropout", "torch.nn.Softmax"):
+            return rank_of(node.inputs[0], ix, depth + 1) if node.inputs else None
+        return None
+    if op in _SAME_RANK_OPS and node.inputs:
+        ranks = [rank_of(i, ix, depth + 1) for i in node.inputs if isinstance(i, Var)]
+        known = [r for r in ranks if r is not None]
+        return max(known) if known else None
+    return None
+
+
+def _last_dim(match: Match, ix: MethodIndex) -> str | None:
+    """`$dim` is the last dimension of `$x`: -1, or d where `$x` provably has d + 1 dimensions."""
+    dim = match.bindings.get("dim")
+    if not isinstance(dim, Const) or isinstance(dim.value, bool) or not isinstance(dim.value, int):
+        return f"dim={getattr(dim, 'text', getattr(dim, 'value', dim))} is not a constant"
+    if dim.value == -1:
+        return None
+    rank = rank_of(match.bindings.get("x"), ix)
+    if dim.value >= 0 and rank is not None and dim.value == rank - 1:
+        return None
+    known = f" of a {rank}-D tensor" if rank is not None else ""
+    return f"dim={dim.value}{known} is not provably the last dimension"
+
+
+CHECKS["last_dim"] = _last_dim

@@ -60,7 +60,7 @@ class Match:
     def location_key(self) -> frozenset:
         """Identity of the matched source locations (positions without the inlining chain: the
         same helper inlined into two methods is one location)."""
-        return frozenset(n.pos for n in self.nodes.values() if n.pos is not None)
+        return frozenset((n.pos, n.target) for n in self.nodes.values() if n.pos is not None)
 
     @property
     def extra_conditions(self) -> dict[int, bool]:
@@ -203,6 +203,7 @@ class MethodIndex:
         self.defs: dict[str, Node] = {}
         self.uses: dict[str, list[Node]] = {}
         self.by_op: dict[str, list[Node]] = {}
+        self.by_target: dict[str, list[Node]] = {}
         self.cond_text: dict[int, str] = {}
         for node in method.nodes:
             for name in node.outputs:
@@ -210,6 +211,8 @@ class MethodIndex:
             for name in node.data_inputs:
                 self.uses.setdefault(name, []).append(node)
             self.by_op.setdefault(node.op, []).append(node)
+            if node.kind == "op" and node.target is not None:
+                self.by_target.setdefault(node.target, []).append(node)
             for cond in node.guard:
                 self.cond_text.setdefault(cond.id, cond.text)
         self.layers: dict[str, LayerDef] = {}
@@ -232,6 +235,7 @@ class MethodIndex:
         for alt in alts:
             if alt.kind == "op":
                 out.extend(self.by_op.get(alt.name, ()))
+                out.extend(self.by_target.get(alt.name, ()))
                 for layer_type, (op, _) in C.LAYER_OPS.items():
                     if op == alt.name:
                         out.extend(self.by_op.get(layer_type, ()))
@@ -343,7 +347,7 @@ class _Matcher:
                     return
                 base.relaxed.append("unexpected " + ", ".join(f"{k}=" for k in extra))
         orders = [inputs]
-        if node.op in ("add", "mul") and len(inputs) == 2 and len(stmt.args) == 2:
+        if node.op in ("add", "mul") and len(inputs) == 2 and len(stmt.args) == 2 and not self.rule.ordered:
             orders.append((inputs[1], inputs[0]))
         for ordered in orders:
             if stmt.open_kwargs and len(ordered) > len(stmt.args):
@@ -360,7 +364,7 @@ class _Matcher:
                 if ("*" in alt.name and _glob(alt.name).match(node.op)) or node.op == alt.name:
                     return node.inputs, dict(node.kwargs)
             else:
-                if node.kind == "op" and node.op == alt.name:
+                if node.kind == "op" and (node.op == alt.name or node.target == alt.name):
                     return node.inputs, dict(node.kwargs)
                 if node.kind == "layer":
                     as_op = _layer_op(self.ix.layer_for(node))
@@ -504,7 +508,15 @@ def match_method(rule: Rule, index: MethodIndex, relaxed: bool = False) -> list[
     return out
 
 
+def computes_output(name: str) -> bool:
+    """Methods whose code runs in the model's training step: `forward` (and `forward_*`) and private
+    helpers (`_attn`, `_split_heads`). Public methods such as `generate`, `prune_heads` or
+    `resize_token_embeddings` do not, and rewriting them gains nothing."""
+    return name.startswith(("forward", "_")) and not (name.startswith("__") and name.endswith("__") and name != "__call__")
+
+
 def iter_indexes(file: FileModel):
     for cls in file.classes:
         for method in cls.methods:
-            yield MethodIndex(file, cls, method)
+            if computes_output(method.name):
+                yield MethodIndex(file, cls, method)

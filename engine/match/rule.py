@@ -65,6 +65,7 @@ class Rule:
     detect_only: bool = False
     rewrite: str | None = None  # Python expression template with $variables
     guard: bool = False  # may keep the original code on paths where intermediates escape
+    ordered: bool = False  # `add`/`mul` operands only in the written order (default: either order)
     constraints: tuple[str, ...] = ()  # named checks (see engine.match.constraints)
     examples: tuple[Example, ...] = ()
     doc: str = ""

@@ -110,6 +110,9 @@ class _ToRule(Transformer):
     def guard(self, _):
         return ("guard", True)
 
+    def ordered(self, _):
+        return ("ordered", True)
+
     def where(self, items):
         return ("where", str(items[0]))
 
@@ -192,6 +195,7 @@ def parse_rule(text: str, path: str = "<rule>") -> Rule:
         detect_only=bool(values.get("detect_only")),
         rewrite=values.get("rewrite"),  # type: ignore[arg-type]
         guard=bool(values.get("guard")),
+        ordered=bool(values.get("ordered")),
         constraints=tuple(constraints),
         examples=tuple(examples),
         doc=values.get("doc", ""),  # type: ignore[arg-type]

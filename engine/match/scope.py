@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engine.dsl.ir import Const, FileModel, Node, Var
+from engine.dsl.ir import Cond, Const, FileModel, Node, Var
 from engine.match import constraints
 from engine.match.matcher import Finding, Match, MethodIndex, iter_indexes, match_method
 from engine.match.rule import Rule
@@ -17,23 +17,35 @@ def _negate(text: str, taken: bool) -> str:
     return f"not ({text})" if taken else text
 
 
-def _transitive_uses(ix: MethodIndex, name: str) -> list[Node]:
-    """Nodes that read `name`, looking through phi merges and plain assignments."""
-    out: list[Node] = []
-    todo = [name]
+def _transitive_uses(ix: MethodIndex, name: str) -> list[tuple[Node, dict[int, bool]]]:
+    """Nodes that read `name`, looking through plain assignments and phi merges. Flowing through a
+    phi from one branch implies that branch's decision: each use comes with those decisions."""
+    out: list[tuple[Node, dict[int, bool]]] = []
+    todo: list[tuple[str, dict[int, bool]]] = [(name, {})]
     seen = {name}
     while todo:
-        current = todo.pop()
+        current, implied = todo.pop()
         for use in ix.uses.get(current, ()):
-            if use.kind == "phi" or (use.kind == "op" and use.op == "assign" and len(use.inputs) == 1):
-                if use.kind == "phi" and not any(isinstance(i, Var) and i.name == current for i in use.inputs):
+            if use.kind == "phi":
+                positions = [i for i, v in enumerate(use.inputs) if isinstance(v, Var) and v.name == current]
+                if not positions:
                     continue  # the phi only reads it as its branch test
+                cid = use.kwarg("if")
+                more = dict(implied)
+                if isinstance(cid, Const) and len(use.inputs) == 2 and len(positions) == 1:
+                    more[cid.value] = positions[0] == 0  # type: ignore[index]
                 for out_name in use.outputs:
                     if out_name not in seen:
                         seen.add(out_name)
-                        todo.append(out_name)
+                        todo.append((out_name, more))
                 continue
-            out.append(use)
+            if use.kind == "op" and use.op == "assign" and len(use.inputs) == 1:
+                for out_name in use.outputs:
+                    if out_name not in seen:
+                        seen.add(out_name)
+                        todo.append((out_name, implied))
+                continue
+            out.append((use, implied))
     return out
 
 
@@ -76,10 +88,15 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding:
         for name in node.outputs:
             if name in root_outputs:
                 continue
-            for use in _transitive_uses(ix, name):
+            for use, implied in _transitive_uses(ix, name):
                 if id(use) in matched_ids or not _compatible(use, match.conditions):
                     continue
+                if any(match.conditions.get(cid, taken) != taken for cid, taken in implied.items()):
+                    continue  # the value only reaches this use on a branch the match excludes
                 extra = [c for c in use.guard if c.id not in match.conditions]
+                extra += [Cond(cid, match.cond_text.get(cid, f"<condition {cid}>"), taken)
+                          for cid, taken in implied.items() if cid not in match.conditions
+                          and all(c.id != cid for c in use.guard)]
                 where = f"line {use.pos.line}" if use.pos else "a merge"
                 what = "returned" if use.kind == "return" else "stored" if use.kind == "store" else f"used by `{use.op}`"
                 if not extra:
@@ -167,7 +184,7 @@ def _find_rule(rule: Rule, indexes: list[MethodIndex], near_misses: bool) -> lis
     # an overlapping larger match wins over a smaller one inside it (e.g. inlined twice)
     results = [analyse(m, ix, group) for m, ix, group in chosen.values()]
     if near_misses:
-        strict_positions = {p for key in chosen for p in key}
+        strict_positions = {p for key in chosen for p in key}  # (position, target) pairs
         relaxed_seen: set[frozenset] = set()
         for ix in indexes:
             for m in match_method(rule, ix, relaxed=True):
