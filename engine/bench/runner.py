@@ -40,7 +40,7 @@ DEFAULT_HF_SHAPE = {"batch_size": 4, "seq_len": 512}
 class BenchConfig:
     device: str = "cpu"  # "cpu" or "cuda"
     dtype: str = "float32"  # "float32" or "bfloat16"
-    warmup: int = 3
+    warmup: int = 5  # the first CPU steps are slow (allocator, oneDNN primitive caches, lazy imports)
     repeats: int = 10
     steps_per_repeat: int = 1
     shape: dict | None = None  # build() arguments; default: the target's bench shape, else DEFAULT_SHAPE
