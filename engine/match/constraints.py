@@ -50,10 +50,25 @@ def _same_helper(match: Match, ix: MethodIndex) -> str | None:
     return None
 
 
+def _linear_has_bias(match: Match, ix: MethodIndex) -> str | None:
+    """The Linear bound to `$l` is built with a bias (a fused bias+activation needs one)."""
+    node = match.nodes.get("l")
+    layer = ix.layer_for(node) if node is not None else None
+    if layer is None:
+        return None
+    bias = layer.kwarg("bias")
+    if bias is None and len(layer.args) >= 3:
+        bias = layer.args[2]
+    if isinstance(bias, Const) and bias.value is False:
+        return f"{node.target} is built with bias=False: there is no bias to fuse"
+    return None
+
+
 CHECKS: dict[str, Callable[[Match, MethodIndex], str | None]] = {
     "fill_is_minus_infinity": _fill_is_minus_infinity,
     "same_branch": _same_branch,
     "same_helper": _same_helper,
+    "linear_has_bias": _linear_has_bias,
 }
 
 

@@ -60,7 +60,17 @@ class Match:
     def location_key(self) -> frozenset:
         """Identity of the matched source locations (positions without the inlining chain: the
         same helper inlined into two methods is one location)."""
-        return frozenset((n.pos, n.target) for n in self.nodes.values() if n.pos is not None)
+        return frozenset(self._where(n) for n in self.nodes.values() if n.pos is not None)
+
+    def _where(self, node: Node) -> tuple:
+        # A layer inside an nn.Sequential runs where the Sequential is called, but it is written
+        # (and rewritten) where the Sequential is built: two calls of one Sequential are one place.
+        if node.kind == "layer" and node.target and node.target.endswith("]"):
+            for layer in self.cls.layers:
+                for item in layer.items:
+                    if item.attr == node.target and item.pos is not None:
+                        return (item.pos, node.target)
+        return (node.pos, node.target)
 
     @property
     def extra_conditions(self) -> dict[int, bool]:
@@ -515,8 +525,27 @@ def computes_output(name: str) -> bool:
     return name.startswith(("forward", "_")) and not (name.startswith("__") and name.endswith("__") and name != "__call__")
 
 
+def training_methods(cls: ClassModel) -> list[Method]:
+    """The methods that run in the training step: those named by `computes_output`, and any method
+    a training method hands on by reference (`apply_chunking_to_forward(self.ff_chunk, ...)`)."""
+    by_name = {m.name: m for m in cls.methods}
+    chosen = [m for m in cls.methods if computes_output(m.name)]
+    names = {m.name for m in chosen}
+    todo = list(chosen)
+    while todo:
+        method = todo.pop()
+        for node in method.nodes:
+            for operand in (*node.inputs, *(v for _, v in node.kwargs)):
+                if isinstance(operand, Sym) and operand.text.startswith("self."):
+                    name = operand.text[5:]
+                    if name in by_name and name not in names:
+                        names.add(name)
+                        chosen.append(by_name[name])
+                        todo.append(by_name[name])
+    return chosen
+
+
 def iter_indexes(file: FileModel):
     for cls in file.classes:
-        for method in cls.methods:
-            if computes_output(method.name):
-                yield MethodIndex(file, cls, method)
+        for method in training_methods(cls):
+            yield MethodIndex(file, cls, method)

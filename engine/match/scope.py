@@ -49,6 +49,16 @@ def _transitive_uses(ix: MethodIndex, name: str) -> list[tuple[Node, dict[int, b
     return out
 
 
+_METADATA_ATTRS = {"shape", "dtype", "device", "ndim", "is_cuda", "requires_grad", "layout"}
+
+
+def _reads_metadata_only(node: Node) -> bool:
+    if node.op in (".size", ".dim", ".numel", "len", ".get_device"):
+        return True
+    return node.op == "getattr" and len(node.inputs) == 2 and isinstance(node.inputs[1], Const) \
+        and node.inputs[1].value in _METADATA_ATTRS
+
+
 def _compatible(node: Node, conditions: dict[int, bool]) -> bool:
     return all(conditions.get(c.id, c.taken) == c.taken for c in node.guard)
 
@@ -83,7 +93,9 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding:
 
     # 2. intermediates must not escape
     guards: list[str] = []
-    root_outputs = set(match.root.outputs)
+    consumed = {v for stmt in rule.pattern for v in stmt.data_args}
+    sinks = [n for key, n in match.nodes.items() if key not in consumed]  # the root and other sinks
+    root_outputs = {name for n in sinks for name in n.outputs}
     for node in nodes:
         for name in node.outputs:
             if name in root_outputs:
@@ -91,6 +103,8 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding:
             for use, implied in _transitive_uses(ix, name):
                 if id(use) in matched_ids or not _compatible(use, match.conditions):
                     continue
+                if rule.detect_only and _reads_metadata_only(use):
+                    continue  # a shape or dtype read does not stop a detected location
                 if any(match.conditions.get(cid, taken) != taken for cid, taken in implied.items()):
                     continue  # the value only reaches this use on a branch the match excludes
                 extra = [c for c in use.guard if c.id not in match.conditions]
@@ -109,11 +123,11 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding:
             continue
         guards.append(_negate(match.cond_text.get(cid, f"<condition {cid}>"), taken))
 
-    # 4. rewriting needs all matched nodes in one function body
-    if not rule.detect_only:
-        bodies = {n.via for n in nodes}
-        if len(bodies) > 1:
-            return near_miss("the match spans a helper function and its caller; rewrite the helper by hand or inline it")
+    # 4. a location is one place in the code: all matched nodes in one function body (except for a
+    #    rule whose pattern is about calls of a helper, `where same_helper`)
+    bodies = {n.via for n in nodes}
+    if len(bodies) > 1 and "same_helper" not in rule.constraints:
+        return near_miss("the match spans a helper function and its caller; rewrite the helper by hand or inline it")
 
     if guards:
         unique = list(dict.fromkeys(guards))
