@@ -48,6 +48,8 @@ class Settings(BaseSettings):
 
     # Queue for verify+bench: "gpu" when GPU workers consume it, otherwise "cpu".
     bench_queue: Literal["gpu", "cpu"] = "cpu"
+    # Device this worker benchmarks on: "cuda" on GPU workers (the ``gpu`` queue's consumers).
+    bench_device: Literal["cpu", "cuda"] = "cpu"
     # Seconds before an unacknowledged task (its worker died) is handed to another worker.
     # Must be longer than the longest task time limit.
     broker_visibility_timeout: int = 3600
@@ -58,8 +60,8 @@ class Settings(BaseSettings):
     # Entry points of the engine stages, "module:function". The defaults are the engine's own;
     # tests replace them to control timing or to stand in for a stage the engine lacks so far.
     engine_scan: str = "engine.scan:scan_path"
-    engine_verify: str = "engine.verify:verify_rewrite"
-    engine_bench: str = "engine.bench:benchmark_rewrite"
+    engine_verify: str = "engine.verify:verify"
+    engine_bench: str = "engine.bench:bench"
     engine_report: str = "engine.report:render_pr_body"
 
     @model_validator(mode="after")

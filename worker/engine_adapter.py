@@ -5,6 +5,9 @@ by settings (``ADOPTER_ENGINE_SCAN`` = ``engine.scan:scan_path`` and so on). The
 engine's own functions; tests point a setting at a wrapper (to pause a scan, or to stand in for a
 stage the engine does not have yet). A stage the engine lacks raises ``EngineStageUnavailable``:
 the scan fails with that reason, nothing is invented in its place.
+
+The stages: ``engine.scan.scan_path`` (findings, rewritten files, diff), ``engine.verify.verify``,
+``engine.bench.bench``, ``engine.report.render_pr_body`` and ``engine.report.decide``.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app.settings import get_settings
+from app.settings import Settings, get_settings
 
 
 class EngineStageUnavailable(RuntimeError):
@@ -64,6 +67,8 @@ class Verification:
 
 @dataclass(frozen=True)
 class Benchmark:
+    ok: bool
+    message: str
     device: str | None
     before_s: float | None
     after_s: float | None
@@ -95,44 +100,57 @@ def scan(root: Path, *, rules: str = "default", include: list[str] | None = None
     return ScanOutput(findings=findings, files=files, diff=_get(result, "diff", "") or "")
 
 
-def verify(root: Path, files: dict[str, str], *, harness: str | None) -> Verification:
-    """Differential check of original vs rewritten; runs the repository's code in the engine's
-    scrubbed child process (no tokens, no secrets), never in this process."""
+def verify(root: Path, files: dict[str, str]) -> Verification:
+    """``engine.verify.verify``: original against rewritten, same weights and inputs; the
+    repository's code runs in the engine's sandboxed child processes (scrubbed environment, no
+    token), never in this process. The harness comes from the repository's config file."""
     verify_rewrite = _load(get_settings().engine_verify)
-    outcome = verify_rewrite(root, files, harness=harness)
-    details = _get(outcome, "details", {}) or {}
-    return Verification(
-        passed=bool(_get(outcome, "passed", False)),
-        max_abs_error=_get(outcome, "max_abs_error"),
-        details=dict(details),
-    )
+    outcome = verify_rewrite(root, files)
+    details = outcome.to_dict() if hasattr(outcome, "to_dict") else dict(outcome)
+    return Verification(passed=bool(_get(outcome, "passed", False)),
+                        max_abs_error=_get(outcome, "max_abs_err"), details=details)
 
 
-def bench(root: Path, files: dict[str, str], *, harness: str | None) -> Benchmark:
-    """Training-step timing and peak memory of original vs rewritten, on this worker's device."""
-    benchmark_rewrite = _load(get_settings().engine_bench)
-    outcome = benchmark_rewrite(root, files, harness=harness)
-    before, after = _get(outcome, "before_s"), _get(outcome, "after_s")
-    speedup = _get(outcome, "speedup")
-    if speedup is None and before and after:
-        speedup = before / after
+def bench(root: Path, files: dict[str, str]) -> Benchmark:
+    """``engine.bench.bench``: training-step time and peak memory, original against rewritten,
+    on this worker's device (ADOPTER_BENCH_DEVICE)."""
+    settings = get_settings()
+    benchmark = _load(settings.engine_bench)
+    config = None
+    if settings.engine_bench == Settings.model_fields["engine_bench"].default:
+        from engine.bench import BenchConfig
+
+        config = BenchConfig(device=settings.bench_device)
+    outcome = benchmark(root, files, config=config)
+    details = outcome.to_dict() if hasattr(outcome, "to_dict") else dict(outcome)
+    ok = _get(outcome, "status") == "ok"
+    device = _get(outcome, "device")
+    if _get(outcome, "device_name"):
+        device = f"{device} ({_get(outcome, 'device_name')})"
     return Benchmark(
-        device=_get(outcome, "device"),
-        before_s=before,
-        after_s=after,
-        speedup=speedup,
-        peak_mem_before=_get(outcome, "peak_mem_before"),
-        peak_mem_after=_get(outcome, "peak_mem_after"),
+        ok=ok,
+        message=_get(outcome, "message", "") or "",
+        device=device,
+        before_s=_get(outcome, "baseline_step_s"),
+        after_s=_get(outcome, "optimized_step_s"),
+        speedup=_get(outcome, "speedup") if ok else None,
+        peak_mem_before=_get(outcome, "baseline_peak_bytes"),
+        peak_mem_after=_get(outcome, "optimized_peak_bytes"),
         versions=dict(_get(outcome, "versions", {}) or {}),
-        details=dict(_get(outcome, "details", {}) or {}),
+        details=details,
     )
 
 
-def render_pr_body(context: dict) -> str | None:
-    """The engine's Markdown report for a pull request, or None while the engine has no renderer
-    (the worker then uses its own template over the same figures, see ``worker.pr_body``)."""
-    try:
-        render = _load(get_settings().engine_report)
-    except EngineStageUnavailable:
-        return None
-    return render(context)
+def render_pr_body(context: dict) -> str:
+    """``engine.report.render_pr_body``: the pull request's Markdown body from the stored figures."""
+    return _load(get_settings().engine_report)(context)
+
+
+def gain_decision(verification: dict, benchmark: dict, min_gain: float | None) -> tuple[bool, str]:
+    """``engine.report.decide``: whether the change set earns a pull request, and why. The same
+    decision the body states, so the body and the publishing never disagree."""
+    decide = _load("engine.report:decide")
+    as_verification = _load("engine.report:Verification").from_any
+    as_benchmark = _load("engine.report:Benchmark").from_any
+    decision = decide(as_verification(verification), as_benchmark(benchmark), min_gain)
+    return bool(decision.open_pr), str(decision.reason)

@@ -178,7 +178,7 @@ def parse_command(body: str, mention: str) -> str | None:
 
 def _react(payload: dict, content: str) -> None:
     gh = github_client.client_for(payload["installation"]["id"])
-    repo = gh.get_repo(payload["repository"]["full_name"], lazy=True)
+    repo = gh.get_repo(payload["repository"]["full_name"])
     repo.get_issue(payload["issue"]["number"]).get_comment(payload["comment"]["id"]).create_reaction(content)
 
 
@@ -203,7 +203,7 @@ def _on_issue_comment(session: Session, delivery: Delivery, payload: dict) -> st
     elif command == "ignore":
         ignore_identity(session, record, f"{comment['user']['login']} commented ignore on #{record.number}")
         gh = github_client.client_for(payload["installation"]["id"])
-        gh.get_repo(repository.full_name, lazy=True).get_pull(record.number).edit(state="closed")
+        gh.get_repo(repository.full_name).get_pull(record.number).edit(state="closed")
         record.state, record.closed_at = PullRequestState.closed, utcnow()
         reaction = "+1"
     else:

@@ -1,8 +1,8 @@
 """GitHub App authentication (PyGithub ``Auth.AppAuth``) against the configured API URL.
 
 One client per installation per process; PyGithub's installation auth keeps the installation token
-and fetches a new one shortly before it expires, so tokens are cached until then. PyGithub's own
-retry loop is off: a task must not sleep through a rate limit, it is rescheduled instead (see
+and fetches a new one shortly before it expires, so tokens are cached until then. Objects are lazy: a
+repository is fetched only when one of its attributes is read. PyGithub's own retry loop is off: a task must not sleep through a rate limit, it is rescheduled instead (see
 ``retry_delay``).
 """
 
@@ -38,7 +38,7 @@ def _installation(installation_id: int) -> tuple[Github, Auth.AppInstallationAut
             app_auth = Auth.AppAuth(int(settings.github_app_id), private_key)
             installation_auth = app_auth.get_installation_auth(installation_id)
             client = Github(base_url=settings.github_api_url, auth=installation_auth, retry=None,
-                            timeout=30, per_page=100)
+                            timeout=30, per_page=100, lazy=True)
             _clients[key] = (client, installation_auth)
         return _clients[key]
 

@@ -31,8 +31,8 @@ from app.db.models import (
 from app.settings import get_settings
 from worker import engine_adapter, github_client
 from worker.clone import CloneError, shallow_clone, tree_size
-from worker.pr_body import render_body, title_for
-from worker.publish import Proposal, publish
+from worker.pr_body import title_for
+from worker.publish import Proposal, digest_files, publish
 from worker.repo_config import ConfigError, RepoConfig, load_config
 from worker.state import finish, publish_lock, transition
 
@@ -47,6 +47,10 @@ STAGES: dict[str, tuple[tuple[ScanState, ...], ScanState]] = {
     "publish": ((S.publishing,), S.done),
 }
 NEXT_STAGE = {"clone": "scan", "scan": "verify_bench", "verify_bench": "publish", "publish": None}
+
+
+# Finding statuses whose rewrite is in the engine's files (guarded: rewritten with a fallback path).
+APPLIED = frozenset({"rewritten", "guarded"})
 
 
 class Skip(Exception):
@@ -119,7 +123,7 @@ def report_config_error(repository: Repository, sha: str, error: ConfigError) ->
     """A commit comment on the scanned commit, where the author of the file sees it."""
     body = (f"Adopter could not read `{error.path}`: {error}\n\n"
             "Nothing was scanned. Fix the file on the default branch and push again.")
-    gh_repo = github_client.client_for(repository.installation_id).get_repo(repository.full_name, lazy=True)
+    gh_repo = github_client.client_for(repository.installation_id).get_repo(repository.full_name)
     gh_repo.get_commit(sha).create_comment(body)
 
 
@@ -130,6 +134,20 @@ def _digest_originals(root: Path, paths) -> str:
     for path in sorted(paths):
         original = root / path
         h.update(path.encode() + b"\0" + (original.read_bytes() if original.is_file() else b"") + b"\0")
+    return h.hexdigest()
+
+
+# Files whose content cannot change what a model computes (docs, images).
+NOT_CODE_SUFFIXES = frozenset({".md", ".rst", ".adoc", ".png", ".jpg", ".jpeg", ".gif", ".svg", ".ipynb"})
+
+
+def _inputs_digest(root: Path) -> str:
+    """sha256 of the checkout's files that can affect verification (all but docs and images)."""
+    h = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and ".git" not in p.relative_to(root).parts):
+        if path.suffix.lower() in NOT_CODE_SUFFIXES:
+            continue
+        h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()
 
 
@@ -146,7 +164,7 @@ def group_rewrites(root: Path, output: engine_adapter.ScanOutput, config: RepoCo
     one) each rule is scanned on its own to get its files. Where the engine cannot select a single
     rule, everything stays one group.
     """
-    rules = sorted({f.rule_id for f in output.findings if f.status == "rewritten"})
+    rules = sorted({f.rule_id for f in output.findings if f.status in APPLIED})
     wanted = [r for r in rules if r not in set(config.disable)]
     if not wanted or not output.files:
         return []
@@ -181,10 +199,12 @@ def scan_stage(session: Session, scan_id: int) -> bool:
                             status=f.status, reason=f.reason, message=f.message))
     scan.diff = output.diff
     live = 0
+    inputs = _inputs_digest(root)
     for rule_ids, files, diff in group_rewrites(root, output, config):
         identity = _identity(rule_ids)
         change = ChangeSet(scan_id=scan_id, identity=identity, rule_ids=rule_ids, files=files, diff=diff,
-                           code_digest=_digest_originals(root, files))
+                           code_digest=_digest_originals(root, files),
+                           inputs_digest=hashlib.sha256(f"{inputs}:{digest_files(files)}".encode()).hexdigest())
         change.outcome = ignored_outcome(session, scan.repository_id, identity, change.code_digest)
         live += change.outcome is None
         session.add(change)
@@ -219,12 +239,15 @@ def verify_bench_stage(session: Session, scan_id: int) -> bool:
     scan = session.get(Scan, scan_id)
     config = RepoConfig.model_validate({k: v for k, v in (scan.config or {}).items() if k != "source"})
     pending = [c for c in scan.change_sets if c.outcome is None]
-    root = checkout(session, scan)
+    for change in pending:
+        if change.result is None:
+            _reuse_result(session, change)
+    root = checkout(session, scan) if any(c.result is None for c in pending) else None
     verified: dict[int, engine_adapter.Verification] = {}
     for change in pending:
         if change.result is not None:
-            continue  # measured by an interrupted earlier run
-        verified[change.id] = engine_adapter.verify(root, change.files, harness=config.harness)
+            continue  # measured by an interrupted earlier run, or reused
+        verified[change.id] = engine_adapter.verify(root, change.files)
     transition(session, scan_id, [S.verifying], S.benchmarking)
     for change in pending:
         if change.result is not None:
@@ -233,7 +256,7 @@ def verify_bench_stage(session: Session, scan_id: int) -> bool:
         result = Result(change_set_id=change.id, verified=check.passed, max_abs_error=check.max_abs_error,
                         details={"verify": check.details})
         if check.passed:
-            bench = engine_adapter.bench(root, change.files, harness=config.harness)
+            bench = engine_adapter.bench(root, change.files)
             result.device, result.before_s, result.after_s = bench.device, bench.before_s, bench.after_s
             result.speedup, result.versions = bench.speedup, bench.versions
             result.peak_mem_before, result.peak_mem_after = bench.peak_mem_before, bench.peak_mem_after
@@ -242,17 +265,35 @@ def verify_bench_stage(session: Session, scan_id: int) -> bool:
         session.commit()
     for change in pending:
         session.refresh(change)
-        result = change.result
-        if not result.verified:
-            change.outcome = (f"not published: verification failed (max abs error {result.max_abs_error})")
-        elif result.speedup is None or result.speedup < config.min_gain:
-            change.outcome = (f"not published: speed-up {result.speedup} below the repository's "
-                              f"minimum {config.min_gain}")
+        details = change.result.details or {}
+        worth_it, why = engine_adapter.gain_decision(details.get("verify"), details.get("bench"), config.min_gain)
+        if not worth_it:
+            change.outcome = f"not published: {why}"
     session.commit()
     if all(c.outcome is not None for c in scan.change_sets):
         return not finish(session, scan_id, S.done, "nothing to propose: "
                           + "; ".join(f"{c.identity}: {c.outcome}" for c in scan.change_sets))
     return transition(session, scan_id, [S.benchmarking], S.publishing)
+
+
+def _reuse_result(session: Session, change: ChangeSet) -> None:
+    """Copy the figures of an earlier change set with the same inputs, measured on this device kind
+    (a docs-only push, a rescan of the same commit): running the same code again proves nothing new."""
+    device = get_settings().bench_device
+    prior = session.scalar(
+        select(Result).join(ChangeSet, Result.change_set_id == ChangeSet.id)
+        .where(ChangeSet.inputs_digest == change.inputs_digest, ChangeSet.id != change.id,
+               Result.verified.is_(True), Result.speedup.is_not(None), Result.device.startswith(device))
+        .order_by(Result.id.desc()).limit(1))
+    if prior is None:
+        return
+    session.add(Result(
+        change_set_id=change.id, verified=prior.verified, max_abs_error=prior.max_abs_error, device=prior.device,
+        before_s=prior.before_s, after_s=prior.after_s, speedup=prior.speedup, peak_mem_before=prior.peak_mem_before,
+        peak_mem_after=prior.peak_mem_after, versions=prior.versions,
+        details={**(prior.details or {}), "reused_from_change_set": prior.change_set_id}))
+    session.commit()
+    session.refresh(change)
 
 
 # --- publish -------------------------------------------------------------------------------------
@@ -266,7 +307,7 @@ def publish_stage(session: Session, scan_id: int) -> bool:
             return False
         repository = session.get(Repository, repository_id)
         config = RepoConfig.model_validate({k: v for k, v in (scan.config or {}).items() if k != "source"})
-        gh_repo = github_client.client_for(repository.installation_id).get_repo(repository.full_name, lazy=True)
+        gh_repo = github_client.client_for(repository.installation_id).get_repo(repository.full_name)
         outcomes = []
         for change in scan.change_sets:
             if change.outcome is None:
@@ -292,7 +333,7 @@ def _over_limit(session: Session, repository_id: int, identity: str, config: Rep
 
 def _proposal(scan: Scan, repository: Repository, change: ChangeSet, config: RepoConfig) -> Proposal:
     result = change.result
-    sites = [f for f in scan.findings if f.status == "rewritten" and f.rule_id in change.rule_ids
+    sites = [f for f in scan.findings if f.status in APPLIED and f.rule_id in change.rule_ids
              and f.path in change.files]
     context = {
         "repository": repository.full_name,
@@ -301,6 +342,9 @@ def _proposal(scan: Scan, repository: Repository, change: ChangeSet, config: Rep
         "sites": [{"rule_id": f.rule_id, "path": f.path, "line": f.line, "end_line": f.end_line,
                    "message": f.message} for f in sites],
         "diff": change.diff,
+        "verification": (result.details or {}).get("verify"),
+        "bench": (result.details or {}).get("bench"),
+        "min_gain": config.min_gain,
         "result": {
             "verified": result.verified, "max_abs_error": result.max_abs_error, "device": result.device,
             "before_s": result.before_s, "after_s": result.after_s, "speedup": result.speedup,
@@ -315,7 +359,7 @@ def _proposal(scan: Scan, repository: Repository, change: ChangeSet, config: Rep
     }
     return Proposal(identity=change.identity, branch=change.identity, base_branch=scan.branch,
                     base_sha=scan.head_sha,
-                    title=title_for(change.rule_ids), body=render_body(context), files=change.files,
+                    title=title_for(change.rule_ids), body=engine_adapter.render_pr_body(context), files=change.files,
                     code_digest=change.code_digest, scan_id=scan.id, force=scan.force_recreate)
 
 

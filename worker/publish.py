@@ -13,6 +13,7 @@ import hashlib
 from dataclasses import dataclass
 
 from github import GithubException, InputGitTreeElement
+from github.GitRef import GitRef
 from github.Repository import Repository as GhRepository
 from sqlalchemy.orm import Session
 
@@ -53,9 +54,12 @@ def digest_files(files: dict[str, str]) -> str:
     return h.hexdigest()
 
 
-def _ref_sha(repo: GhRepository, branch: str) -> str | None:
+def _branch_ref(repo: GhRepository, branch: str) -> GitRef | None:
+    """The branch's ref, fetched (so that ``edit`` targets the ``url`` GitHub answered with)."""
     try:
-        return repo.get_git_ref(f"heads/{branch}").object.sha
+        ref = repo.get_git_ref(f"heads/{branch}")
+        ref.object  # noqa: B018  (completes the lazy object)
+        return ref
     except GithubException as exc:
         if exc.status == 404:
             return None
@@ -86,7 +90,8 @@ def publish(session: Session, repo: GhRepository, repository_id: int, proposal: 
         return Published(record.number, record.html_url, f"not published: scan {record.last_scan_id} is newer")
 
     base_sha = proposal.base_sha
-    branch_sha = _ref_sha(repo, proposal.branch)
+    ref = _branch_ref(repo, proposal.branch)
+    branch_sha = ref.object.sha if ref else None
     ours = branch_sha is None or branch_sha == record.head_sha
     if branch_sha is not None and not ours and not proposal.force:
         record.person_pushed = True
@@ -105,15 +110,15 @@ def publish(session: Session, repo: GhRepository, repository_id: int, proposal: 
         record.head_sha, record.base_sha = new_sha, base_sha
         record.content_digest, record.code_digest = proposal.content_digest, proposal.code_digest
         session.commit()
-        if branch_sha is None:
+        if ref is None:
             try:
                 repo.create_git_ref(f"refs/heads/{proposal.branch}", new_sha)
             except GithubException as exc:
                 if exc.status != 422:  # 422: the ref appeared meanwhile; move it below
                     raise
-                repo.get_git_ref(f"heads/{proposal.branch}").edit(new_sha, force=True)
-        else:
-            repo.get_git_ref(f"heads/{proposal.branch}").edit(new_sha, force=True)
+                ref = _branch_ref(repo, proposal.branch)
+        if ref is not None:
+            ref.edit(new_sha, force=True)
 
     owner = repo.full_name.split("/")[0]
     existing = list(repo.get_pulls(state="open", head=f"{owner}:{proposal.branch}", base=proposal.base_branch))

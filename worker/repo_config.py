@@ -1,12 +1,12 @@
-"""Per-repository configuration: ``.github/adopter.yml`` (or ``.adopter.yml``) on the default branch.
+"""Per-repository configuration: ``.adopter.yml`` or ``.github/adopter.yml`` on the default branch.
 
     rules: default              # the engine's rule set
     disable: [rule-id, ...]     # rules never proposed in this repository
     paths:
       include: ["src/**"]
       exclude: ["tests/**"]
-    harness: my_pkg.bench:make  # a function returning (model, batch, loss); see docs
-    min_gain: 1.05              # minimum training-step speed-up (after/before) to open a pull request
+    harness: harness.py:build   # returns (model, inputs); read by the engine's verify and bench
+    min_gain: 0.05              # minimum gain (faster step or less peak memory) to open a pull request
     max_open_pull_requests: 2
     schedule: weekly            # none, daily, weekly: rescans besides pushes
 
@@ -21,7 +21,8 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-CONFIG_PATHS = (".github/adopter.yml", ".github/adopter.yaml", ".adopter.yml", ".adopter.yaml")
+# The same files, in the same order, as the engine reads (engine.verify.targets.CONFIG_FILES).
+CONFIG_PATHS = (".adopter.yml", ".adopter.yaml", ".github/adopter.yml", ".github/adopter.yaml")
 MAX_CONFIG_BYTES = 64 * 1024
 
 
@@ -43,8 +44,10 @@ class RepoConfig(BaseModel):
     rules: str = "default"
     disable: list[str] = Field(default_factory=list)
     paths: PathsConfig = Field(default_factory=PathsConfig)
-    harness: str | None = None
-    min_gain: float = Field(default=1.05, gt=0)
+    # "file.py:function" or {build: ..., shapes: [...], bench: {...}}; read by engine.verify.
+    harness: str | dict | None = None
+    # Fraction (0.05) or ratio (1.05): 5% faster steps or 5% less peak memory; None: the engine's default.
+    min_gain: float | None = Field(default=None, ge=0)
     max_open_pull_requests: int = Field(default=2, ge=0)
     schedule: Literal["none", "daily", "weekly"] = "none"
 

@@ -211,6 +211,9 @@ class ChangeSet(Base):
     diff: Mapped[str] = mapped_column(Text)
     # sha256 of the original text of the touched files: an ignored identity wakes when it changes.
     code_digest: Mapped[str] = mapped_column(String(64))
+    # sha256 of everything verification depends on (the repository's code and config, the proposed
+    # files): equal digests give equal results, so a docs-only push reuses the earlier figures.
+    inputs_digest: Mapped[str | None] = mapped_column(String(64), index=True)
     # What became of it: published, or why not (verification failed, gain below threshold, ...).
     outcome: Mapped[str | None] = mapped_column(Text)
 
