@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.verify import result as R
-from engine.verify.compare import check_run
 from engine.verify.merge import MergeConflict, merge_overlays
 from engine.verify.result import Candidate, CandidatesResult, CaseResult, VerifyResult
 from engine.verify.sandbox import Limits, run_child
@@ -132,8 +131,11 @@ class Verifier:
         result_path = job_dir / "result.json"
         if not result_path.exists():
             if run.status == "killed":
-                out.status = R.OOM if run.returncode == -9 else R.ERROR
-                out.message = f"killed by signal {-run.returncode}" + (" (likely out of memory)" if run.returncode == -9 else "")
+                # SIGKILL: the kernel's OOM killer (cgroup limits); SIGABRT after std::bad_alloc: RLIMIT_AS in C++
+                oom = run.returncode == -9 or "bad_alloc" in run.stderr_tail or "MemoryError" in run.stderr_tail
+                out.status = R.OOM if oom else R.ERROR
+                out.message = f"killed by signal {-run.returncode}" + (" (out of memory)" if oom else "")
+                out.message += f": {run.stderr_tail[-800:]}" if run.stderr_tail.strip() else ""
             else:
                 out.status = R.ERROR
                 out.message = f"exited with code {run.returncode} without a result: {run.stderr_tail[-1500:]}"
@@ -242,6 +244,8 @@ class Verifier:
         return CandidatesResult(per, accepted, dropped, combined, combined_files)
 
     def _compare(self, reference: _SideRun, candidate: _SideRun, result: VerifyResult) -> list[tuple[str, str]]:
+        from engine.verify.compare import check_run  # torch, only when there is something to compare
+
         statuses: list[tuple[str, str]] = []
         dtype = self.config.dtype
         for name, ref_case in reference.cases.items():
