@@ -50,6 +50,19 @@ def _same_helper(match: Match, ix: MethodIndex) -> str | None:
     return None
 
 
+def _helper_named_split_heads(match: Match, ix: MethodIndex) -> str | None:
+    """The head-splitting helper is the method `_split_heads`, as in the paper's rule 9."""
+    split = [n for key, n in match.nodes.items() if key.endswith("_split")]
+    for node in split:
+        if node.pos is None:
+            continue
+        owner = next((m.name for m in match.cls.methods if m.pos is not None
+                      and m.pos.line <= node.pos.line <= m.pos.end_line), None)
+        if owner != "_split_heads":
+            return f"the head-splitting helper is `{owner}`, not `_split_heads` (the paper's rule names it)"
+    return None
+
+
 def _linear_has_bias(match: Match, ix: MethodIndex) -> str | None:
     """The Linear bound to `$l` is built with a bias (a fused bias+activation needs one)."""
     node = match.nodes.get("l")
@@ -69,6 +82,7 @@ CHECKS: dict[str, Callable[[Match, MethodIndex], str | None]] = {
     "same_branch": _same_branch,
     "same_helper": _same_helper,
     "linear_has_bias": _linear_has_bias,
+    "helper_named_split_heads": _helper_named_split_heads,
 }
 
 

@@ -28,7 +28,7 @@ from functools import lru_cache
 
 from engine.dsl import canonical as C
 from engine.dsl.ir import ClassModel, Cond, Const, FileModel, LayerDef, Method, Node, Operand, Pos, Seq, Sym, Var
-from engine.match.rule import OpAlt, PArg, PStmt, Rule
+from engine.match.rule import OpAlt, PArg, Pattern, PStmt, Rule
 
 MAX_ATTEMPTS_PER_ROOT = 2000  # bound on backtracking per root node (reported when hit)
 
@@ -50,6 +50,7 @@ class Match:
     cond_text: dict[int, str]
     skipped: tuple[str, ...] = ()  # optional statements absent in this match
     relaxed: tuple[str, ...] = ()  # constants that differ (relaxed pass only)
+    pattern: Pattern | None = None  # the match block that matched
 
     @property
     def matched_nodes(self) -> list[Node]:
@@ -293,11 +294,12 @@ def _stmt_key(stmt: PStmt, index: int) -> str:
 
 
 class _Matcher:
-    def __init__(self, rule: Rule, index: MethodIndex, relaxed: bool) -> None:
+    def __init__(self, rule: Rule, pattern: Pattern, index: MethodIndex, relaxed: bool) -> None:
         self.rule = rule
+        self.pattern = pattern
         self.ix = index
         self.relaxed = relaxed
-        self.definer = {s.out: (i, s) for i, s in enumerate(rule.pattern) if s.out}
+        self.definer = {s.out: (i, s) for i, s in enumerate(pattern.stmts) if s.out}
         self.attempts = 0
 
     # -- conditions ------------------------------------------------------------------------
@@ -347,8 +349,13 @@ class _Matcher:
                     base.relaxed.append(f"{name}={render(value)} (rule: {parg.value!r})")
                     continue
                 return
-            if parg.kind == "var" and not self.bind_free(base, parg.value, value):  # type: ignore[arg-type]
-                return
+            if parg.kind == "var":
+                if node.kind == "layer" and node.target and name not in dict(node.kwargs):
+                    # a parameter given to the layer's constructor: at the call site it is the
+                    # module's attribute (`self.dropout.p`), not the constructor's expression
+                    value = Sym(f"{node.target}.{name}")
+                if not self.bind_free(base, parg.value, value):  # type: ignore[arg-type]
+                    return
         if not stmt.open_kwargs:
             allowed = {name for name, _ in stmt.kwargs}
             extra = [k for k in kwargs if k not in allowed and not _ignorable_kwarg(node, k)]
@@ -428,6 +435,15 @@ class _Matcher:
                 yield s
             return
         index, stmt = entry
+        key = _stmt_key(stmt, index)
+        if key in state.nodes:
+            # reached again (its output is read twice): it must be the very same node
+            for producer, s in self.producers(operand, state):
+                if producer is state.nodes[key]:
+                    yield s
+            if stmt.optional and key in state.skipped:
+                yield from self.resolve(stmt.data_args[0], operand, state)
+            return
         for producer, s in self.producers(operand, state):
             yielded = False
             for result in self.match_stmt(index, stmt, producer, s):
@@ -482,18 +498,26 @@ def _ignorable_kwarg(node: Node, name: str) -> bool:
 # Driving: all rules over all methods
 
 
-def _extra_roots(rule: Rule) -> list[tuple[int, PStmt]]:
-    """Statements besides the last whose output no later statement reads: each is matched on its
-    own, sharing the bindings (a pattern may have several sinks, like three projections)."""
-    consumed = {v for s in rule.pattern for v in s.data_args}
-    return [(i, s) for i, s in enumerate(rule.pattern[:-1]) if not s.out or s.out not in consumed][::-1]
+def sinks(pattern: Pattern) -> list[tuple[int, PStmt]]:
+    """Statements whose output no later statement reads: the root (last) and any others. Each other
+    sink is matched on its own, sharing the bindings (a pattern may end in several values, like
+    three projections)."""
+    consumed = {v for s in pattern.stmts for v in s.data_args}
+    return [(i, s) for i, s in enumerate(pattern.stmts) if not s.out or s.out not in consumed]
 
 
 def match_method(rule: Rule, index: MethodIndex, relaxed: bool = False) -> list[Match]:
-    matcher = _Matcher(rule, index, relaxed)
-    root_index = len(rule.pattern) - 1
-    root = rule.root
-    extra = _extra_roots(rule)
+    out: list[Match] = []
+    for pattern in rule.patterns:
+        out.extend(match_pattern(rule, pattern, index, relaxed))
+    return out
+
+
+def match_pattern(rule: Rule, pattern: Pattern, index: MethodIndex, relaxed: bool = False) -> list[Match]:
+    matcher = _Matcher(rule, pattern, index, relaxed)
+    root_index = len(pattern.stmts) - 1
+    root = pattern.root
+    extra = [(i, s) for i, s in sinks(pattern) if i != root_index][::-1]
     out: list[Match] = []
 
     def complete(state: _State, k: int):
@@ -512,7 +536,7 @@ def match_method(rule: Rule, index: MethodIndex, relaxed: bool = False) -> list[
                 if relaxed and not state.relaxed:
                     continue
                 out.append(Match(rule, index.file, index.cls, index.method, node, state.nodes, state.bindings,
-                                 state.conds, index.cond_text, tuple(state.skipped), tuple(state.relaxed)))
+                                 state.conds, index.cond_text, tuple(state.skipped), tuple(state.relaxed), pattern))
                 if extra:
                     break  # one completion per root is enough
     return out
@@ -529,6 +553,8 @@ def training_methods(cls: ClassModel) -> list[Method]:
     """The methods that run in the training step: those named by `computes_output`, and any method
     a training method hands on by reference (`apply_chunking_to_forward(self.ff_chunk, ...)`)."""
     by_name = {m.name: m for m in cls.methods}
+    if cls.name == "__module__":
+        return list(cls.methods)  # module-level functions and top-level code: all of them
     chosen = [m for m in cls.methods if computes_output(m.name)]
     names = {m.name for m in chosen}
     todo = list(chosen)

@@ -55,11 +55,30 @@ class Example:
 
 
 @dataclass(frozen=True)
+class Pattern:
+    """One `match` block. A rule may give several (alternative spellings of one computation); a
+    block marked `near-miss "reason"` describes a look-alike that must be reported, never rewritten."""
+
+    stmts: tuple[PStmt, ...]
+    near_miss: str | None = None
+
+    @property
+    def root(self) -> PStmt:
+        return self.stmts[-1]
+
+    def definer(self, var: str) -> tuple[int, PStmt] | None:
+        for i, stmt in enumerate(self.stmts):
+            if stmt.out == var:
+                return i, stmt
+        return None
+
+
+@dataclass(frozen=True)
 class Rule:
     id: str
     summary: str
     kernel: str
-    pattern: tuple[PStmt, ...]
+    patterns: tuple[Pattern, ...]
     requires: tuple[str, ...] = ()
     imports: tuple[str, ...] = ()
     detect_only: bool = False
@@ -73,11 +92,6 @@ class Rule:
     options: dict[str, str] = field(default_factory=dict)
 
     @property
-    def root(self) -> PStmt:
-        return self.pattern[-1]
-
-    def definer(self, var: str) -> PStmt | None:
-        for stmt in self.pattern:
-            if stmt.out == var:
-                return stmt
-        return None
+    def pattern(self) -> tuple[PStmt, ...]:
+        """The first pattern's statements (most rules have one)."""
+        return self.patterns[0].stmts

@@ -9,7 +9,7 @@ from pathlib import Path
 from lark import Lark, Token, Transformer, v_args
 from lark.exceptions import LarkError, UnexpectedInput
 
-from engine.match.rule import Example, OpAlt, PArg, PStmt, Rule
+from engine.match.rule import Example, OpAlt, PArg, Pattern, PStmt, Rule
 
 GRAMMAR = Path(__file__).with_name("rule.lark")
 
@@ -90,7 +90,11 @@ class _ToRule(Transformer):
         return PStmt(out, ops, tuple(args), tuple(kwargs), optional, open_kwargs, meta.line)
 
     def match(self, items):
-        return ("match", tuple(items))
+        reason = None
+        if items and isinstance(items[0], Token) and items[0].type == "STRING":
+            reason = _string(items[0])
+            items = items[1:]
+        return ("match", Pattern(tuple(items), reason))
 
     def summary(self, items):
         return ("summary", _string(items[0]))
@@ -160,8 +164,11 @@ def parse_rule(text: str, path: str = "<rule>") -> Rule:
     imports: list[str] = []
     examples: list[Example] = []
     constraints: list[str] = []
+    patterns: list[Pattern] = []
     for key, value in fields:
-        if key == "requires":
+        if key == "match":
+            patterns.append(value)
+        elif key == "requires":
             requires.append(value)
         elif key == "import":
             imports.append(value)
@@ -173,11 +180,13 @@ def parse_rule(text: str, path: str = "<rule>") -> Rule:
             raise RuleSyntaxError(f"{path}: `{key}` given twice")
         else:
             values[key] = value
-    for needed in ("summary", "kernel", "match"):
+    for needed in ("summary", "kernel"):
         if needed not in values:
             raise RuleSyntaxError(f"{path}: rule {rule_id} has no `{needed}`")
-    pattern: tuple[PStmt, ...] = values["match"]  # type: ignore[assignment]
-    _check_pattern(pattern, path)
+    if not any(p.near_miss is None for p in patterns):
+        raise RuleSyntaxError(f"{path}: rule {rule_id} has no `match` block (besides near-miss ones)")
+    for pattern in patterns:
+        _check_pattern(pattern.stmts, path)
     if not values.get("detect_only") and "rewrite" not in values:
         raise RuleSyntaxError(f"{path}: rule {rule_id} rewrites nothing: give `rewrite` or say `detect-only`")
     from engine.match import constraints as known_constraints
@@ -189,7 +198,7 @@ def parse_rule(text: str, path: str = "<rule>") -> Rule:
         id=rule_id,
         summary=values["summary"],  # type: ignore[arg-type]
         kernel=values["kernel"],  # type: ignore[arg-type]
-        pattern=pattern,
+        patterns=tuple(patterns),
         requires=tuple(requires),
         imports=tuple(imports),
         detect_only=bool(values.get("detect_only")),

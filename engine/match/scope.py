@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engine.dsl.ir import Cond, Const, FileModel, Node, Var
+from engine.dsl.ir import Cond, Const, FileModel, Node, Sym, Var
 from engine.match import constraints
 from engine.match.matcher import Finding, Match, MethodIndex, iter_indexes, match_method
 from engine.match.rule import Rule
@@ -83,7 +83,9 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding:
         finding.reason = reason
         return finding
 
-    # 1. constants and named constraints
+    # 1. a known look-alike, constants and named constraints
+    if match.pattern is not None and match.pattern.near_miss:
+        return near_miss(match.pattern.near_miss)
     if match.relaxed:
         return near_miss("constant differs from the rule: " + "; ".join(match.relaxed))
     for name in rule.constraints:
@@ -93,9 +95,10 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding:
 
     # 2. intermediates must not escape
     guards: list[str] = []
-    consumed = {v for stmt in rule.pattern for v in stmt.data_args}
-    sinks = [n for key, n in match.nodes.items() if key not in consumed]  # the root and other sinks
-    root_outputs = {name for n in sinks for name in n.outputs}
+    pattern = match.pattern or rule.patterns[0]
+    consumed = {v for stmt in pattern.stmts for v in stmt.data_args}
+    sink_nodes = [n for key, n in match.nodes.items() if key not in consumed]  # the root and other sinks
+    root_outputs = {name for n in sink_nodes for name in n.outputs}
     for node in nodes:
         for name in node.outputs:
             if name in root_outputs:
@@ -157,6 +160,13 @@ def _covered(match: Match, cid: int, taken: bool, siblings: list[Match], ix: Met
         phi = next((n for n in ix.method.nodes if n.kind == "phi" and n.kwarg("if") == Const(cid)), None)
         test = phi.kwarg("test") if phi is not None else None
         if not isinstance(test, Var):
+            # a test on no tracked data: `if self.bias is not None:` with `self.bias` bound
+            text = match.cond_text.get(cid, "")
+            for suffix in (" is not None", " is None"):
+                if text.endswith(suffix):
+                    subject = text[: -len(suffix)].strip()
+                    if any(isinstance(b, Sym) and b.text == subject for b in match.bindings.values()):
+                        return True
             continue
         compare = ix.defs.get(test.name)
         if compare is None or compare.op not in ("compare:isnot", "compare:is") or len(compare.inputs) != 2 \
@@ -188,7 +198,8 @@ def _find_rule(rule: Rule, indexes: list[MethodIndex], near_misses: bool) -> lis
             by_root.setdefault(id(m.root), []).append(m)
         for group in by_root.values():
             # the fullest match (most nodes) of a root is the one to rewrite
-            best = max(group, key=lambda m: (len(m.nodes), -len(m.extra_conditions)))
+            best = max(group, key=lambda m: (m.pattern is None or m.pattern.near_miss is None, len(m.nodes),
+                                             -len(m.extra_conditions)))
             key = best.location_key
             previous = chosen.get(key)
             # a location seen both in a helper's own body and inlined into a caller: keep the
