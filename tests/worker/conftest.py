@@ -31,7 +31,7 @@ min_gain: 0
 harness:
   build: harness.py:build
   shapes: [{batch_size: 2, seq_len: 8}]
-  bench: {batch_size: 16, seq_len: 128}
+  bench: {batch_size: 8, seq_len: 64}
 """
 HARNESS = """\
 import torch
