@@ -54,10 +54,24 @@ def render_stmt(stmt: PStmt) -> str:
     return f"{out}{ops}({', '.join(args)}){'?' if stmt.optional else ''}"
 
 
-def render_pattern(pattern: tuple[PStmt, ...]) -> str:
-    """The `match { ... }` block of a rule, in the rule syntax (parses back to the same pattern)."""
+def render_pattern(pattern: tuple[PStmt, ...], near_miss: str | None = None) -> str:
+    """One `match { ... }` block in the rule syntax (parses back to the same statements);
+    `near_miss` gives the block's `near-miss "reason"` prefix."""
     body = "".join(f"  {render_stmt(s)}\n" for s in pattern)
-    return f"match {{\n{body}}}"
+    prefix = f"near-miss {render_literal(near_miss)} " if near_miss is not None else ""
+    return f"{prefix}match {{\n{body}}}"
+
+
+def match_blocks(rule: Rule) -> list[tuple[tuple[PStmt, ...], str | None]]:
+    """The rule's match blocks as (statements, near-miss reason or None), in file order."""
+    patterns = getattr(rule, "patterns", None)
+    if patterns is None:  # a Rule with a single `pattern`
+        return [(rule.pattern, None)]
+    return [(p.stmts, p.near_miss) for p in patterns]
+
+
+def render_match_blocks(rule: Rule) -> str:
+    return "\n".join(render_pattern(stmts, reason) for stmts, reason in match_blocks(rule))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -136,7 +150,12 @@ def render_rule(rule: Rule) -> str:
     if rule.constraints:
         parts.append("#### Conditions\n\nA match counts only where these hold (otherwise it is a near-miss):\n\n")
         parts.append("".join(f"- `{name}`: {_constraint_doc(name)}\n" for name in rule.constraints) + "\n")
-    parts.append("#### Pattern\n\n" + _fence(render_pattern(rule.pattern), "text") + "\n")
+    blocks = match_blocks(rule)
+    intro = ""
+    if len(blocks) > 1:
+        intro = ("Any of these match blocks; a block marked `near-miss` describes a look-alike that is reported "
+                 "with its reason and never changed:\n\n")
+    parts.append("#### Pattern\n\n" + intro + _fence(render_match_blocks(rule), "text") + "\n")
     if not rule.detect_only and rule.rewrite:
         parts.append("Rewritten to (template):\n\n" + _fence(rule.rewrite, "text") + "\n")
 
