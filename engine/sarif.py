@@ -1,0 +1,204 @@
+"""Findings as SARIF 2.1.0 (OASIS), for code-scanning UIs such as GitHub's.
+
+One run; the driver lists the rules that ran; one result per finding. A result's `locations` are
+the distinct source positions of the matched nodes (together they cover every statement of the
+match; the first is the topmost), `relatedLocations` the call sites through which inlined helpers
+were reached. `properties.status` is the finding's status; near-misses carry `properties.reason`,
+guarded rewrites `properties.guard`. `partialFingerprints` identify a finding across commits by
+rule, file and the matched source text (not its line numbers).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from engine.dsl.ir import Pos
+from engine.match.matcher import Finding
+from engine.match.rule import Rule
+
+SARIF_VERSION = "2.1.0"
+SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+ROOT_BASE_ID = "SRCROOT"
+FINGERPRINT_KEY = "adopterMatchHash/v1"
+RULES_DOC = "docs/rules.md"
+
+
+def tool_version() -> str:
+    try:
+        return importlib.metadata.version("adopter")
+    except importlib.metadata.PackageNotFoundError:  # running from a checkout that is not installed
+        return "0.0.0"
+
+
+class _Sources:
+    """Source lines of the scanned files, for columns and fingerprints. Lines come from `texts` when
+    given (path -> text), else from the file under `base`; unreadable files give no lines."""
+
+    def __init__(self, base: Path, texts: Mapping[str, str] | None) -> None:
+        self.base = base
+        self.texts = dict(texts or {})
+        self.cache: dict[str, list[str] | None] = {}
+
+    def lines(self, rel: str) -> list[str] | None:
+        if rel not in self.cache:
+            text = self.texts.get(rel)
+            if text is None:
+                try:
+                    text = (self.base / rel).read_text(encoding="utf-8")
+                except (OSError, UnicodeDecodeError):
+                    text = None
+            self.cache[rel] = text.splitlines() if text is not None else None
+        return self.cache[rel]
+
+    def column(self, rel: str, line: int, byte_col: int) -> int:
+        """1-based column in Unicode code points of a 0-based UTF-8 byte offset (as `ast` gives)."""
+        lines = self.lines(rel)
+        if lines is None or not 1 <= line <= len(lines):
+            return byte_col + 1
+        return len(lines[line - 1].encode("utf-8")[:byte_col].decode("utf-8", errors="ignore")) + 1
+
+    def matched_text(self, rel: str, positions: Iterable[Pos]) -> str | None:
+        """The matched source lines without any whitespace (indentation and spacing do not count)."""
+        lines = self.lines(rel)
+        if lines is None:
+            return None
+        numbers = sorted({n for p in positions for n in range(p.line, p.end_line + 1)})
+        picked = ["".join(lines[n - 1].split()) for n in numbers if 1 <= n <= len(lines)]
+        return "\n".join(p for p in picked if p)
+
+
+def _relative(path: str, base: Path) -> str:
+    p = Path(path)
+    if p.is_absolute():
+        try:
+            return p.resolve().relative_to(base.resolve()).as_posix()
+        except ValueError:
+            return p.as_posix()
+    return p.as_posix()
+
+
+def _mode(rule: Rule) -> str:
+    if rule.detect_only:
+        return "detect-only"
+    return "rewrite-guarded" if rule.guard else "rewrite"
+
+
+def _rule_descriptor(rule: Rule, help_base: str) -> dict:
+    descriptor: dict = {
+        "id": rule.id,
+        "name": rule.id,
+        "shortDescription": {"text": rule.summary},
+        "helpUri": f"{help_base}#{rule.id}",
+        "defaultConfiguration": {"level": "warning"},
+        "properties": {
+            "kernel": rule.kernel,
+            "fix": _mode(rule),
+            "requires": list(rule.requires),
+            "imports": list(rule.imports),
+            "tags": ["performance", "pytorch", "detect-only" if rule.detect_only else "rewrite"],
+        },
+    }
+    first_paragraph = rule.doc.strip().split("\n\n", 1)[0]
+    if first_paragraph:
+        descriptor["fullDescription"] = {"text": " ".join(first_paragraph.split())}
+    return descriptor
+
+
+def _message(finding: Finding) -> str:
+    text = finding.message
+    if finding.status == "near-miss":
+        return f"{text} (near-miss, not rewritten: {finding.reason})" if finding.reason else f"{text} (near-miss)"
+    if finding.status == "guarded":
+        return f"{text} (rewritten behind a guard: the original code runs when {finding.guard_text})"
+    if finding.status == "detected":
+        return f"{text} (detected; this rule does not rewrite)"
+    return text
+
+
+def _location(pos: Pos, sources: _Sources, base: Path, fallback_file: str) -> dict:
+    rel = _relative(pos.file or fallback_file, base)
+    region = {
+        "startLine": pos.line,
+        "startColumn": sources.column(rel, pos.line, pos.col),
+        "endLine": pos.end_line,
+        "endColumn": sources.column(rel, pos.end_line, pos.end_col),
+    }
+    return {"physicalLocation": {"artifactLocation": {"uri": rel, "uriBaseId": ROOT_BASE_ID}, "region": region}}
+
+
+def _distinct_positions(positions: Iterable[Pos]) -> list[Pos]:
+    unique = {(p.file, p.line, p.col, p.end_line, p.end_col): p for p in positions}
+    return [unique[k] for k in sorted(unique)]
+
+
+def _fingerprint(finding: Finding, rel: str, positions: list[Pos], sources: _Sources) -> str:
+    matched = sources.matched_text(rel, [p for p in positions if _relative(p.file or rel, sources.base) == rel])
+    if matched is None:  # no source to read: fall back to where the match is, by name
+        matched = f"{finding.cls}.{finding.method}:{len(positions)}"
+    digest = hashlib.sha256("\0".join((finding.rule_id, rel, matched)).encode("utf-8")).hexdigest()
+    return digest[:32]
+
+
+def to_sarif(findings: Iterable[Finding], rules: Iterable[Rule], root: Path | str, *,
+             sources: Mapping[str, str] | None = None, help_base: str = RULES_DOC) -> dict:
+    """The SARIF 2.1.0 log (a JSON-ready dict) of `findings` from a scan of `root` with `rules`.
+
+    File paths in findings are relative to `root` (to its folder when `root` is a file), as
+    `engine.scan.scan_path` reports them. `sources` (relative path -> text) supplies file texts
+    instead of reading them under `root`; texts are used for code-point columns and fingerprints.
+    `help_base` is where rule pages live (`docs/rules.md`, or an absolute URL of it)."""
+    root = Path(root)
+    base = root.parent if root.is_file() or root.suffix == ".py" else root
+    reader = _Sources(base, sources)
+    rule_list = list(rules)
+    index = {rule.id: i for i, rule in enumerate(rule_list)}
+    results = []
+    seen: dict[str, int] = {}
+    for finding in findings:
+        rel = _relative(finding.file, base)
+        positions = _distinct_positions(finding.locations)
+        if positions:
+            locations = [_location(p, reader, base, rel) for p in positions]
+        else:  # no node positions: the finding's line range
+            locations = [{"physicalLocation": {"artifactLocation": {"uri": rel, "uriBaseId": ROOT_BASE_ID},
+                                               "region": {"startLine": finding.line, "endLine": finding.end_line}}}]
+        properties: dict = {"status": finding.status, "class": finding.cls, "method": finding.method}
+        if finding.status == "near-miss":
+            properties["reason"] = finding.reason or ""
+        if finding.guard_text is not None:
+            properties["guard"] = finding.guard_text
+        fingerprint = _fingerprint(finding, rel, positions, reader)
+        seen[fingerprint] = seen.get(fingerprint, 0) + 1  # identical code twice in a file: :1, :2
+        result: dict = {
+            "ruleId": finding.rule_id,
+            "level": "note" if finding.status == "near-miss" else "warning",
+            "message": {"text": _message(finding)},
+            "locations": locations,
+            "partialFingerprints": {FINGERPRINT_KEY: f"{fingerprint}:{seen[fingerprint]}"},
+            "properties": properties,
+        }
+        if finding.rule_id in index:
+            result["ruleIndex"] = index[finding.rule_id]
+        related = _distinct_positions(finding.related)
+        if related:
+            result["relatedLocations"] = [
+                {"id": number, **_location(p, reader, base, rel),
+                 "message": {"text": "call through which the matched helper code runs (inlined)"}}
+                for number, p in enumerate(related, 1)]
+        results.append(result)
+    run: dict = {
+        "tool": {"driver": {
+            "name": "adopter",
+            "version": tool_version(),
+            "semanticVersion": tool_version(),
+            "rules": [_rule_descriptor(rule, help_base) for rule in rule_list],
+        }},
+        "columnKind": "unicodeCodePoints",
+        "results": results,
+    }
+    if base.is_absolute() or base.exists():
+        run["originalUriBaseIds"] = {ROOT_BASE_ID: {"uri": base.resolve().as_uri().rstrip("/") + "/"}}
+    return {"$schema": SARIF_SCHEMA, "version": SARIF_VERSION, "runs": [run]}
