@@ -14,12 +14,19 @@ from __future__ import annotations
 
 import pytest
 
-from engine.match import load_rules
+from engine.match import RuleSyntaxError, load_rule
 from engine.match.rule import Example, Rule
 from engine.scan import scan_source
 from rules import RULES_DIR
 
-RULES: list[Rule] = load_rules(RULES_DIR)
+RULE_FILES = sorted(RULES_DIR.rglob("*.rule"))
+_ERRORS: dict[str, str] = {}
+RULES: list[Rule] = []
+for _path in RULE_FILES:
+    try:
+        RULES.append(load_rule(_path))
+    except RuleSyntaxError as exc:  # reported by test_rule_file_loads; the other files still run
+        _ERRORS[_path.relative_to(RULES_DIR).as_posix()] = str(exc)
 MATCHING_STATUSES = ("rewritten", "guarded", "detected")
 
 
@@ -52,8 +59,20 @@ def _describe(findings) -> str:
 
 
 def test_rules_exist():
-    assert RULES, f"no *.rule files found under {RULES_DIR}"
+    assert RULE_FILES, f"no *.rule files found under {RULES_DIR}"
     assert any(r.id.startswith("paper/") for r in RULES)
+
+
+@pytest.mark.parametrize("name", [p.relative_to(RULES_DIR).as_posix() for p in RULE_FILES])
+def test_rule_file_loads(name: str):
+    assert name not in _ERRORS, _ERRORS.get(name)
+
+
+def test_rule_ids_are_unique():
+    seen: dict[str, str] = {}
+    for rule in RULES:
+        assert rule.id not in seen, f"rule id {rule.id} defined in {seen[rule.id]} and {rule.path}"
+        seen[rule.id] = rule.path
 
 
 def check_both_kinds(rule: Rule) -> None:
