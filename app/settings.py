@@ -57,8 +57,8 @@ class Settings(BaseSettings):
     task_time_limit: int = 1800
     task_max_retries: int = 5
 
-    # Entry points of the engine stages, "module:function". The defaults are the engine's own;
-    # tests replace them to control timing or to stand in for a stage the engine lacks so far.
+    # Entry points of the engine stages, "module:function". The defaults are the engine's own; the
+    # end-to-end tests wrap the scan (tests/worker/engine_hooks.py) to pause it mid-scan.
     engine_scan: str = "engine.scan:scan_path"
     engine_verify: str = "engine.verify:verify"
     engine_bench: str = "engine.bench:bench"

@@ -2,8 +2,8 @@
 
 The engine (``engine/``) is a library with no knowledge of the service; its entry points are named
 by settings (``ADOPTER_ENGINE_SCAN`` = ``engine.scan:scan_path`` and so on). The defaults are the
-engine's own functions; tests point a setting at a wrapper (to pause a scan, or to stand in for a
-stage the engine does not have yet). A stage the engine lacks raises ``EngineStageUnavailable``:
+engine's own functions; the end-to-end tests point ADOPTER_ENGINE_SCAN at a wrapper that can pause
+a scan so that a worker can be killed in the middle of one. A stage the engine lacks raises ``EngineStageUnavailable``:
 the scan fails with that reason, nothing is invented in its place.
 
 The stages: ``engine.scan.scan_path`` (findings, rewritten files, diff), ``engine.verify.verify``,
@@ -87,7 +87,7 @@ def scan(root: Path, *, rules: str = "default", include: list[str] | None = None
     findings = [
         FindingRecord(
             rule_id=str(_get(f, "rule_id")),
-            path=str(_get(f, "path")),
+            path=str(_get(f, "path") or _get(f, "file")),  # engine.match.Finding names it ``file``
             line=int(_get(f, "line") or 0),
             end_line=_get(f, "end_line"),
             status=str(_get(f, "status")),
