@@ -135,6 +135,9 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding:
     if guards:
         unique = list(dict.fromkeys(guards))
         finding.guard_text = " or ".join(f"({g})" if " or " in g else g for g in unique)
+        if any(c.taken and c.text == finding.guard_text for c in match.root.guard):
+            # this is the original code an earlier guarded rewrite kept under `if <guard>:`
+            return near_miss("the original code kept under the guard of a rewrite already made")
         if rule.detect_only:
             return finding
         if not rule.guard:

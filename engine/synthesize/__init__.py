@@ -1,0 +1,60 @@
+"""Synthesis: rewrite source for the findings that scope analysis proved safe.
+
+`apply_findings` edits one file: it applies one finding, extracts and matches the result again, and
+repeats (bottom-most finding first), so positions are always fresh and a second scan of the output
+finds nothing left to rewrite. A finding that cannot be rewritten is turned into a near-miss with
+the reason; the rest still apply.
+"""
+
+from __future__ import annotations
+
+from engine.match.matcher import Finding
+from engine.synthesize.rewrite import SynthesisError, Synthesizer, add_imports
+from engine.synthesize.template import TemplateError
+
+MAX_REWRITES_PER_FILE = 200
+
+REWRITABLE = ("rewritten", "guarded")
+
+
+def _identity(f: Finding) -> tuple:
+    return (f.rule_id, f.cls, f.method, f.line)
+
+
+def apply_findings(text: str, findings: list[Finding]) -> str:
+    from engine.extract import extract_source
+    from engine.match import find
+
+    todo = [f for f in findings if f.status in REWRITABLE and f.match is not None]
+    if not todo:
+        return text
+    rules = list({id(f.match.rule): f.match.rule for f in todo}.values())  # type: ignore[union-attr]
+    file = todo[0].match.file  # type: ignore[union-attr]
+    failed: dict[tuple, str] = {}
+    applied: set[tuple] = set()
+    current = todo
+    for _ in range(MAX_REWRITES_PER_FILE):
+        candidates = [f for f in current if f.status in REWRITABLE and _identity(f) not in failed]
+        if not candidates:
+            break
+        finding = max(candidates, key=lambda f: (f.line, f.end_line))
+        try:
+            new_text = Synthesizer(text).rewrite(finding)
+            new_text = add_imports(new_text, list(finding.match.rule.imports))  # type: ignore[union-attr]
+            compile(new_text, file.path, "exec")
+        except (SynthesisError, TemplateError, SyntaxError) as exc:
+            failed[_identity(finding)] = str(exc)
+            continue
+        applied.add(_identity(finding))
+        text = new_text
+        fm = extract_source(text, file.path, file.module)
+        current = find([fm], rules, near_misses=False)
+    for f in findings:
+        reason = failed.get(_identity(f))
+        if reason is not None:
+            f.status = "near-miss"
+            f.reason = f"not rewritten: {reason}"
+    return text
+
+
+__all__ = ["SynthesisError", "apply_findings"]
