@@ -8,13 +8,50 @@ from engine.match.matcher import Finding, Match, MethodIndex, iter_indexes, matc
 from engine.match.rule import Rule
 
 
-def _cond_python(text: str, taken: bool) -> str:
-    return text if taken else f"not ({text})"
+def _atom(text: str) -> str:
+    """A condition's text, parenthesized unless it is one simple term."""
+    simple = " or " not in text and " and " not in text and " if " not in text and not text.startswith("lambda")
+    return text if simple else f"({text})"
 
 
-def _negate(text: str, taken: bool) -> str:
-    """The condition under which a branch decision (cond text, taken) does NOT hold."""
-    return f"not ({text})" if taken else text
+def _literal_text(text: str, taken: bool) -> str:
+    return _atom(text) if taken else f"not {_atom(text)}"
+
+
+def _simplify(terms: list[frozenset]) -> list[frozenset]:
+    """Simplify a disjunction of conjunctions of (condition text, truth) literals: merge terms that
+    differ in one literal's truth only (X and A or not X and A == A) and drop absorbed terms
+    (A or A and B == A)."""
+    current = set(terms)
+    changed = True
+    while changed:
+        changed = False
+        for a in list(current):
+            for b in list(current):
+                if a is b or a not in current or b not in current:
+                    continue
+                diff = a ^ b
+                if len(diff) == 2 and len({text for text, _ in diff}) == 1:
+                    current -= {a, b}
+                    current.add(a & b)
+                    changed = True
+        for a in list(current):
+            if any(b < a for b in current):
+                current.discard(a)
+                changed = True
+    return sorted(current, key=lambda t: (len(t), sorted(t)))
+
+
+def _render_dnf(terms: list[frozenset]) -> str:
+    parts = []
+    for term in terms:
+        literals = [_literal_text(text, taken) for text, taken in sorted(term)]
+        if not literals:
+            return "True"
+        parts.append(" and ".join(literals))
+    if len(parts) == 1:
+        return parts[0]
+    return " or ".join(f"({p})" if " and " in p else p for p in parts)
 
 
 def _transitive_uses(ix: MethodIndex, name: str) -> list[tuple[Node, dict[int, bool]]]:
@@ -94,7 +131,7 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding:
             return near_miss(problem)
 
     # 2. intermediates must not escape
-    guards: list[str] = []
+    guards: list[frozenset] = []  # the original code must run when any of these conjunctions holds
     pattern = match.pattern or rule.patterns[0]
     consumed = {v for stmt in pattern.stmts for v in stmt.data_args}
     sink_nodes = [n for key, n in match.nodes.items() if key not in consumed]  # the root and other sinks
@@ -104,27 +141,33 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding:
             if name in root_outputs:
                 continue
             for use, implied in _transitive_uses(ix, name):
-                if id(use) in matched_ids or not _compatible(use, match.conditions):
+                if id(use) in matched_ids:
                     continue
                 if rule.detect_only and _reads_metadata_only(use):
                     continue  # a shape or dtype read does not stop a detected location
-                if any(match.conditions.get(cid, taken) != taken for cid, taken in implied.items()):
-                    continue  # the value only reaches this use on a branch the match excludes
-                extra = [c for c in use.guard if c.id not in match.conditions]
-                extra += [Cond(cid, match.cond_text.get(cid, f"<condition {cid}>"), taken)
-                          for cid, taken in implied.items() if cid not in match.conditions
-                          and all(c.id != cid for c in use.guard)]
+                needed = dict(implied)
+                for c in use.guard:
+                    needed[c.id] = c.taken
+                conflict = any(match.conditions.get(cid, taken) != taken for cid, taken in needed.items())
+                if conflict and rule.detect_only:
+                    continue  # that use runs on another path than the match
+                # A rewrite removes the intermediate on every path where its producer runs, so a
+                # use on another path is an escape under that path's decisions.
+                own = {c.id for c in node.guard}
+                extra = [Cond(cid, match.cond_text.get(cid, f"<condition {cid}>"), taken)
+                         for cid, taken in needed.items()
+                         if cid not in own and (conflict or cid not in match.conditions)]
                 where = f"line {use.pos.line}" if use.pos else "a merge"
                 what = "returned" if use.kind == "return" else "stored" if use.kind == "store" else f"used by `{use.op}`"
                 if not extra:
                     return near_miss(f"intermediate `{_source_name(name)}` escapes the match: {what} at {where}")
-                guards.append(" and ".join(_cond_python(c.text, c.taken) for c in extra))
+                guards.append(frozenset((c.text, c.taken) for c in extra))
 
     # 3. decisions the match depends on beyond its root's own guard
     for cid, taken in sorted(match.extra_conditions.items()):
         if _covered(match, cid, taken, siblings, ix):
             continue
-        guards.append(_negate(match.cond_text.get(cid, f"<condition {cid}>"), taken))
+        guards.append(frozenset({(match.cond_text.get(cid, f"<condition {cid}>"), not taken)}))
 
     # 4. a location is one place in the code: all matched nodes in one function body (except for a
     #    rule whose pattern is about calls of a helper, `where same_helper`)
@@ -133,8 +176,7 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding:
         return near_miss("the match spans a helper function and its caller; rewrite the helper by hand or inline it")
 
     if guards:
-        unique = list(dict.fromkeys(guards))
-        finding.guard_text = " or ".join(f"({g})" if " or " in g else g for g in unique)
+        finding.guard_text = _render_dnf(_simplify(guards))
         if any(c.taken and c.text == finding.guard_text for c in match.root.guard):
             # this is the original code an earlier guarded rewrite kept under `if <guard>:`
             return near_miss("the original code kept under the guard of a rewrite already made")
