@@ -45,13 +45,18 @@ def render_arg(arg: PArg) -> str:
     return render_literal(arg.value)
 
 
-def render_stmt(stmt: PStmt) -> str:
-    ops = " | ".join(f"@{alt.name}" if alt.kind == "layer" else alt.name for alt in stmt.ops)
-    args = [render_arg(a) for a in stmt.args] + [f"{name}={render_arg(a)}" for name, a in stmt.kwargs]
-    if stmt.open_kwargs:
+def _render_call(call: PStmt) -> str:
+    ops = " | ".join(f"@{alt.name}" if alt.kind == "layer" else alt.name for alt in call.ops)
+    args = [render_arg(a) for a in call.args] + [f"{name}={render_arg(a)}" for name, a in call.kwargs]
+    if call.open_kwargs:
         args.append("...")
+    return f"{ops}({', '.join(args)})"
+
+
+def render_stmt(stmt: PStmt) -> str:
     out = f"${stmt.out} = " if stmt.out else ""
-    return f"{out}{ops}({', '.join(args)}){'?' if stmt.optional else ''}"
+    calls = " | ".join(_render_call(alt) for alt in stmt.alternatives)
+    return f"{out}{calls}{'?' if stmt.optional else ''}"
 
 
 def render_pattern(pattern: tuple[PStmt, ...], near_miss: str | None = None) -> str:

@@ -322,7 +322,12 @@ class _Matcher:
             return
         if id(node) in state.used:
             return
-        params = self.op_params(stmt, node)
+        for alt in stmt.alternatives:
+            yield from self.match_call(index, stmt, alt, node, state)
+
+    def match_call(self, index: int, stmt: PStmt, call: PStmt, node: Node, state: _State):
+        """`match_stmt` for one alternative call of the statement."""
+        params = self.op_params(call, node)
         if params is None:
             return
         inputs, kwargs = params
@@ -335,7 +340,7 @@ class _Matcher:
         if stmt.out:
             base.bindings[stmt.out] = Var(node.outputs[0]) if node.outputs else Const(None)
         # keywords first (cheap, no backtracking)
-        for name, parg in stmt.kwargs:
+        for name, parg in call.kwargs:
             value = kwargs.get(name)
             if value is None:
                 if self.relaxed and parg.kind == "lit":
@@ -356,22 +361,22 @@ class _Matcher:
                     value = Sym(f"{node.target}.{name}")
                 if not self.bind_free(base, parg.value, value):  # type: ignore[arg-type]
                     return
-        if not stmt.open_kwargs:
-            allowed = {name for name, _ in stmt.kwargs}
+        if not call.open_kwargs:
+            allowed = {name for name, _ in call.kwargs}
             extra = [k for k in kwargs if k not in allowed and not _ignorable_kwarg(node, k)]
             if extra:
                 if not self.relaxed:
                     return
                 base.relaxed.append("unexpected " + ", ".join(f"{k}=" for k in extra))
         orders = [inputs]
-        if node.op in ("add", "mul") and len(inputs) == 2 and len(stmt.args) == 2 and not self.rule.ordered:
+        if node.op in ("add", "mul") and len(inputs) == 2 and len(call.args) == 2 and not self.rule.ordered:
             orders.append((inputs[1], inputs[0]))
         for ordered in orders:
-            if stmt.open_kwargs and len(ordered) > len(stmt.args):
-                ordered = ordered[: len(stmt.args)]  # `...`: further arguments are free
-            if len(ordered) != len(stmt.args):
+            if call.open_kwargs and len(ordered) > len(call.args):
+                ordered = ordered[: len(call.args)]  # `...`: further arguments are free
+            if len(ordered) != len(call.args):
                 continue
-            yield from self.match_args(stmt.args, ordered, 0, base)
+            yield from self.match_args(call.args, ordered, 0, base)
 
     def op_params(self, stmt: PStmt, node: Node) -> tuple[tuple[Operand, ...], dict[str, Operand]] | None:
         for alt in stmt.ops:
@@ -525,11 +530,11 @@ def match_pattern(rule: Rule, pattern: Pattern, index: MethodIndex, relaxed: boo
             yield state
             return
         i, stmt = extra[k]
-        for node in index.candidates(stmt.ops):
+        for node in index.candidates(stmt.all_ops):
             for s in matcher.match_stmt(i, stmt, node, state):
                 yield from complete(s, k + 1)
 
-    for node in index.candidates(root.ops):
+    for node in index.candidates(root.all_ops):
         matcher.attempts = 0
         for first in matcher.match_stmt(root_index, root, node, _State()):
             for state in complete(first, 0):

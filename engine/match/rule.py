@@ -39,10 +39,25 @@ class PStmt:
     optional: bool = False
     open_kwargs: bool = False  # `...` in the argument list: other keywords allowed
     line: int = 0
+    more: tuple["PStmt", ...] = ()  # further alternative calls: `$n = div($a, $s) | mul($a, $r)`
+
+    @property
+    def alternatives(self) -> tuple["PStmt", ...]:
+        return (self, *self.more)
 
     @property
     def data_args(self) -> list[str]:
-        return [a.value for a in self.args if a.kind == "var"]  # type: ignore[misc]
+        """`$variables` read by any alternative, first alternative's first."""
+        seen: dict[str, None] = {}
+        for alt in self.alternatives:
+            for a in alt.args:
+                if a.kind == "var":
+                    seen.setdefault(a.value, None)  # type: ignore[arg-type]
+        return list(seen)
+
+    @property
+    def all_ops(self) -> tuple["OpAlt", ...]:
+        return tuple(op for alt in self.alternatives for op in alt.ops)
 
 
 @dataclass(frozen=True)

@@ -65,17 +65,11 @@ class _ToRule(Transformer):
     def ops(self, items):
         return tuple(items)
 
-    @v_args(meta=True)
-    def pstmt(self, meta, items):
-        out = None
-        if isinstance(items[0], Token) and items[0].type == "VAR":
-            out = str(items[0])[1:]
-            items = items[1:]
+    def pcall(self, items):
         ops = items[0]
         args: list[PArg] = []
         kwargs: list[tuple[str, PArg]] = []
         open_kwargs = False
-        optional = False
         for item in items[1:]:
             if isinstance(item, list):
                 for a in item:
@@ -85,9 +79,18 @@ class _ToRule(Transformer):
                         kwargs.append((a[1], a[2]))
                     else:
                         args.append(a)
-            elif isinstance(item, Token) and item.type == "OPTIONAL":
-                optional = True
-        return PStmt(out, ops, tuple(args), tuple(kwargs), optional, open_kwargs, meta.line)
+        return PStmt(None, ops, tuple(args), tuple(kwargs), False, open_kwargs)
+
+    @v_args(meta=True)
+    def pstmt(self, meta, items):
+        out = None
+        if isinstance(items[0], Token) and items[0].type == "VAR":
+            out = str(items[0])[1:]
+            items = items[1:]
+        calls = [i for i in items if isinstance(i, PStmt)]
+        optional = any(isinstance(i, Token) and i.type == "OPTIONAL" for i in items)
+        first = calls[0]
+        return PStmt(out, first.ops, first.args, first.kwargs, optional, first.open_kwargs, meta.line, tuple(calls[1:]))
 
     def match(self, items):
         reason = None
