@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
+from app.dashboard import router as dashboard_router
 from app.observability import router as observability_router
 from app.settings import Settings, get_settings
 from app.webhooks.receiver import router as webhook_router
@@ -26,6 +27,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.include_router(webhook_router)
     app.include_router(observability_router)
+    app.include_router(dashboard_router)  # pages, /api/..., /auth/... (app/dashboard)
     return app
 
 
