@@ -30,7 +30,7 @@ from app.db.models import (
 )
 from app.settings import get_settings
 from worker import engine_adapter, github_client
-from worker.clone import CloneError, shallow_clone, tree_size
+from worker.clone import shallow_clone, tree_size
 from worker.pr_body import title_for
 from worker.publish import Proposal, digest_files, publish
 from worker.repo_config import ConfigError, RepoConfig, load_config
@@ -369,5 +369,3 @@ STAGE_FUNCTIONS = {
     "verify_bench": verify_bench_stage,
     "publish": publish_stage,
 }
-
-__all__ = ["STAGES", "NEXT_STAGE", "STAGE_FUNCTIONS", "Skip", "CloneError", "remove_checkout"]

@@ -148,8 +148,9 @@ def handle_delivery(self: Task, delivery_id: str) -> None:
         _record_run("handle_delivery", None, outcome, started, t0)
 
 
-def requeue_received(older_than_s: float = 30) -> int:
-    """Enqueue deliveries stored while the broker was unreachable. Returns how many."""
+def requeue_received(older_than_s: float = 600) -> int:
+    """Enqueue deliveries stored but still unhandled after ``older_than_s`` (the broker was down when
+    they came). One that is merely waiting in a long queue gets queued twice, which is harmless."""
     cutoff = utcnow() - timedelta(seconds=older_than_s)
     with session_scope() as session:
         ids = list(session.scalars(select(Delivery.id).where(

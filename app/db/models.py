@@ -74,8 +74,7 @@ TERMINAL_STATES = frozenset({ScanState.done, ScanState.failed, ScanState.skipped
 
 
 class DeliveryStatus(StrEnum):
-    received = "received"  # stored, not yet on the queue
-    queued = "queued"  # on the queue for a worker
+    received = "received"  # stored and (unless the broker was down) queued; no worker has handled it yet
     processed = "processed"  # a worker handled it
     ignored = "ignored"  # an event or action Adopter does not act on (stored and acknowledged)
     failed = "failed"  # a worker could not handle it; ``detail`` says why

@@ -16,7 +16,6 @@ from urllib.parse import parse_qs
 from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
-from sqlalchemy import update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -105,7 +104,8 @@ def accept(session: Session, delivery_id: str, event: str, payload: dict) -> Ans
             return Answer(409, {"status": "conflict", "delivery": delivery_id})
         if existing.status != DeliveryStatus.received:
             return Answer(200, {"status": "duplicate", "delivery": delivery_id, "was": existing.status})
-        # Stored earlier but never reached the queue: this redelivery is the moment to enqueue it.
+        # Stored earlier, not yet handled (perhaps never queued: the broker was down): enqueue it
+        # again; a worker handles a delivery once however often it is queued.
     if reason:
         return Answer(200, {"status": "pong" if event == "ping" else "ignored", "reason": reason,
                             "delivery": delivery_id})
@@ -115,12 +115,8 @@ def accept(session: Session, delivery_id: str, event: str, payload: dict) -> Ans
         log.warning("delivery %s stored but not enqueued: %s", delivery_id, exc)
         return Answer(503, {"status": "stored", "delivery": delivery_id,
                             "detail": "stored; the queue is unavailable, it will be processed later"})
-    session.execute(
-        update(Delivery)
-        .where(Delivery.id == delivery_id, Delivery.status == DeliveryStatus.received)
-        .values(status=DeliveryStatus.queued)
-    )
-    session.commit()
+    # The row stays "received" until a worker handles it: one commit per delivery keeps the
+    # endpoint fast, and enqueueing a received delivery again (redelivery, sweep) is harmless.
     return Answer(202, {"status": "queued", "delivery": delivery_id})
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-ROOT_ALEMBIC = __import__("pathlib").Path(__file__).resolve().parents[2] / "alembic.ini"
+ROOT_ALEMBIC = Path(__file__).resolve().parents[2] / "alembic.ini"
 SECRET = "test-webhook-secret"
 
 
