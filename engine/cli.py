@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 
 import typer
@@ -17,15 +17,25 @@ app = typer.Typer(
 )
 
 
-class ExtractFormat(str, Enum):
+class ExtractFormat(StrEnum):
     text = "text"
     json = "json"
 
 
-class ScanFormat(str, Enum):
+class ScanFormat(StrEnum):
     text = "text"
     json = "json"
     sarif = "sarif"
+
+
+class Device(StrEnum):
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+class DType(StrEnum):
+    float32 = "float32"
+    bfloat16 = "bfloat16"
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -95,8 +105,18 @@ def scan(
     apply: bool = typer.Option(False, "--apply", help="Rewrite the files in place."),
     include: list[str] = typer.Option([], "--include", help="Only paths matching (glob or folder); repeatable."),
     exclude: list[str] = typer.Option([], "--exclude", help="Skip paths matching (glob or folder); repeatable."),
+    verify: bool = typer.Option(False, "--verify", help="Prove each rewrite equivalent (sandboxed); drop failures."),
+    bench: bool = typer.Option(False, "--bench", help="Time the training step and peak memory, before and after."),
+    device: Device = typer.Option(Device.cpu, "--device", help="Benchmark device."),
+    dtype: DType = typer.Option(DType.float32, "--dtype", help="Benchmark (and verification) dtype."),
+    bench_shape: str | None = typer.Option(None, "--bench-shape", help="Benchmark build() arguments, e.g. "
+                                           "batch_size=2,seq_len=512 (default: the harness's bench shape)."),
+    repeats: int | None = typer.Option(None, "--repeats", min=1, help="Interleaved benchmark rounds (default 10)."),
+    min_gain: float | None = typer.Option(None, "--min-gain", min=0.0, help="Minimum speed or memory gain for a "
+                                          "pull request: 0.05 or 1.05 (default: .adopter.yml's min_gain, else 5%)."),
+    report: Path | None = typer.Option(None, "--report", help="Write the pull request body (Markdown) here."),
 ) -> None:
-    """Find optimization opportunities, rewrite them, and report."""
+    """Find optimization opportunities, rewrite them, and report; --verify and --bench prove and measure."""
     from engine.scan import RuleSelectionError, scan_path
 
     root = Path(path)
@@ -119,7 +139,24 @@ def scan(
     finally:
         if progress is not None:
             bar.stop()
-    text = _render(result, fmt, root)
+    outcome = None
+    if verify or bench or report is not None:
+        from dataclasses import replace
+
+        from engine.pipeline import report_markdown, verify_and_bench
+
+        shape = _parse_shape(bench_shape) if bench_shape else None
+        outcome = verify_and_bench(result, root, verify=verify, bench=bench, device=device.value, dtype=dtype.value,
+                                   min_gain=min_gain, bench_shape=shape, repeats=repeats,
+                                   log=lambda line: typer.secho(line, err=True))
+        if verify:  # the patch holds only the rewrites that passed
+            result = replace(result, files=outcome["files"],
+                             originals={rel: result.originals[rel] for rel in outcome["files"]})
+        if report is not None:
+            flags = " --verify" * verify + " --bench" * bench + f" --device {device.value} --dtype {dtype.value}"
+            report.write_text(report_markdown(result, outcome, reproduce=f"adopter scan {path}{flags}",
+                                              min_gain=min_gain))
+    text = _render(result, fmt, root, outcome)
     if output is not None:
         output.write_text(text)
     else:
@@ -133,9 +170,26 @@ def scan(
         typer.secho(f"rewrote {len(result.files)} file(s)", err=True)
 
 
-def _render(result, fmt: ScanFormat, root: Path) -> str:
+def _parse_shape(spec: str) -> dict:
+    shape = {}
+    for item in spec.split(","):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            _fail(f"--bench-shape: expected key=value[,key=value...], got {spec!r}")
+        try:
+            shape[key.strip()] = int(value)
+        except ValueError:
+            _fail(f"--bench-shape: {key.strip()} must be an integer, got {value!r}")
+    return shape
+
+
+def _render(result, fmt: ScanFormat, root: Path, outcome: dict | None = None) -> str:
     if fmt is ScanFormat.json:
-        return json.dumps(result.to_json(), indent=2) + "\n"
+        data = result.to_json()
+        if outcome is not None:
+            data.update({key: outcome[key] for key in ("rewrites", "verification", "benchmark", "decision",
+                                                      "environment", "notes")})
+        return json.dumps(data, indent=2) + "\n"
     if fmt is ScanFormat.sarif:
         from engine.sarif import to_sarif
         from engine.scan import select_rules
@@ -152,6 +206,10 @@ def _render(result, fmt: ScanFormat, root: Path) -> str:
         counts[f.status] = counts.get(f.status, 0) + 1
     summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or "no findings"
     lines.append(f"{result.files_scanned} file(s) scanned: {summary}; {len(result.files)} file(s) would change")
+    if outcome is not None:
+        from engine.pipeline import summary_lines
+
+        lines += summary_lines(outcome)
     return "\n".join(lines) + "\n"
 
 

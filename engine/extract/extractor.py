@@ -17,7 +17,8 @@ import ast
 import contextvars
 import gc
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from itertools import accumulate
 from pathlib import Path
 
 from engine.dsl import canonical as C
@@ -60,21 +61,18 @@ class Source:
         self.lines = text.splitlines(keepends=True)
         self._offsets: list[int] | None = None
         self._temps: set[str] | None = None
+        self.positions: dict[int, Pos] = {}  # id(ast node) -> Pos; the tree outlives this Source
 
     def temp_like_names(self) -> set[str]:
         """Identifiers of the file that look like our temporaries (`_t12`), to avoid them."""
         if self._temps is None:
-            self._temps = set(re.findall(r"\b_t\d+\b", self.text)) if "_t" in self.text else set()
+            # the cheap search (a literal prefix) first: most files have no such name at all
+            self._temps = set(_TEMP_LIKE.findall(self.text)) if _TEMP_PREFIX.search(self.text) else set()
         return self._temps
 
     def offsets(self) -> list[int]:
         if self._offsets is None:
-            offsets = [0]
-            total = 0
-            for line in self.lines:
-                total += len(line)
-                offsets.append(total)
-            self._offsets = offsets
+            self._offsets = list(accumulate(map(len, self.lines), initial=0))
         return self._offsets
 
     def segment(self, node: ast.AST) -> str:
@@ -106,10 +104,106 @@ class Source:
         return (_decode_slice(self.lines[line - 1], col, None) + "".join(self.lines[line:end_line - 1])
                 + _decode_slice(self.lines[end_line - 1], 0, end_col))
 
+    def segment_at(self, pos: Pos) -> str:
+        class _At:
+            lineno, col_offset, end_lineno, end_col_offset = pos.line, pos.col, pos.end_line, pos.end_col
+
+        return self.segment(_At)  # type: ignore[arg-type]
+
     def pos(self, node: ast.AST) -> Pos:
-        return Pos(self.path, node.lineno, node.col_offset, node.end_lineno, node.end_col_offset)  # type: ignore[attr-defined]
+        found = self.positions.get(id(node))
+        if found is None:
+            found = self.positions[id(node)] = _new_pos(self.path, node.lineno, node.col_offset,  # type: ignore[attr-defined]
+                                                          node.end_lineno, node.end_col_offset)  # type: ignore[attr-defined]
+        return found
 
 
+def _fast_constructor(cls: type, names: tuple[str, ...]):
+    """A constructor for a frozen, slotted IR dataclass taking every field positionally, without
+    the generic frozen `__init__` (which sets each field through `object.__setattr__` by name).
+    Extraction builds hundreds of thousands of nodes; the result is the same object. Falls back to
+    the class itself if its fields are not exactly `names`."""
+    if tuple(f.name for f in fields(cls)) != names or not hasattr(cls, "__slots__"):
+        return cls
+    setters = tuple(getattr(cls, name).__set__ for name in names)
+    new = object.__new__
+    if len(names) == 1:
+        (s0,) = setters
+
+        def make1(a):
+            obj = new(cls)
+            s0(obj, a)
+            return obj
+        return make1
+    if len(names) == 2:
+        s0, s1 = setters
+
+        def make2(a, b):
+            obj = new(cls)
+            s0(obj, a)
+            s1(obj, b)
+            return obj
+        return make2
+    if len(names) == 3:
+        s0, s1, s2 = setters
+
+        def make3(a, b, c):
+            obj = new(cls)
+            s0(obj, a)
+            s1(obj, b)
+            s2(obj, c)
+            return obj
+        return make3
+    if len(names) == 5:
+        s0, s1, s2, s3, s4 = setters
+
+        def make5(a, b, c, d, e):
+            obj = new(cls)
+            s0(obj, a)
+            s1(obj, b)
+            s2(obj, c)
+            s3(obj, d)
+            s4(obj, e)
+            return obj
+        return make5
+    if len(names) == 9:
+        s0, s1, s2, s3, s4, s5, s6, s7, s8 = setters
+
+        def make9(a, b, c, d, e, f, g, h, i):
+            obj = new(cls)
+            s0(obj, a)
+            s1(obj, b)
+            s2(obj, c)
+            s3(obj, d)
+            s4(obj, e)
+            s5(obj, f)
+            s6(obj, g)
+            s7(obj, h)
+            s8(obj, i)
+            return obj
+        return make9
+    return cls
+
+
+_new_pos = _fast_constructor(Pos, ("file", "line", "col", "end_line", "end_col"))
+_new_var = _fast_constructor(Var, ("name",))
+_const = _fast_constructor(Const, ("value",))
+_sym = _fast_constructor(Sym, ("text",))
+_cond = _fast_constructor(Cond, ("id", "text", "taken"))
+_seq = _fast_constructor(Seq, ("items", "kind"))
+_VARS: dict[str, Var] = {}  # one Var per SSA name of the file being extracted (cleared after it)
+
+
+def _var(name: str) -> Var:
+    found = _VARS.get(name)
+    if found is None:
+        found = _VARS[name] = _new_var(name)
+    return found
+
+_new_node = _fast_constructor(Node, ("kind", "op", "inputs", "kwargs", "outputs", "target", "guard", "pos", "via"))
+
+_TEMP_LIKE = re.compile(r"\b_t\d+\b")
+_TEMP_PREFIX = re.compile(r"_t\d")
 _SOURCE: contextvars.ContextVar[Source] = contextvars.ContextVar("adopter_extract_source")
 
 
@@ -173,6 +267,7 @@ def extract_source(text: str, path: str = "<string>", module: str = "") -> FileM
     try:
         return _FileExtractor(tree, src, module, path.endswith("__init__.py")).run()
     finally:
+        _VARS.clear()
         if gc_was_enabled:
             gc.enable()
         _SOURCE.reset(token)
@@ -228,6 +323,7 @@ class _FileExtractor:
         self.classes: dict[str, ClassInfo] = {}
         self.diagnostics: list[Diagnostic] = []
         self._generators: dict[int, bool] = {}
+        self.tensor_attrs_cache: dict[int, tuple[dict[str, list[LayerDef]], frozenset[str]]] = {}
         for stmt in tree.body:
             if isinstance(stmt, ast.FunctionDef):
                 self.functions[stmt.name] = stmt
@@ -273,7 +369,31 @@ class _FileExtractor:
             except RecursionError:
                 self.diagnostics.append(Diagnostic(self.src.path, info.node.lineno,
                                                    f"class {name}: nesting too deep to extract"))
+        module_level = self.extract_module_level()
+        if module_level is not None:
+            classes.append(module_level)
         return FileModel(self.src.path, self.module, tuple(classes), tuple(self.diagnostics))
+
+    def extract_module_level(self) -> ClassModel | None:
+        """Module-level functions and top-level statements (training scripts, activation helpers),
+        as the methods of a pseudo-class `__module__`; top-level code is the method `__toplevel__`."""
+        methods: list[Method] = []
+        for fn in self.functions.values():
+            methods.append(_MethodExtractor(self, [], {}, fn).run())
+        body = [stmt for stmt in self.tree.body
+                if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom))
+                and not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant))]
+        if any(isinstance(stmt, (ast.If, ast.For, ast.With, ast.Expr, ast.Assign, ast.AugAssign, ast.While, ast.Try))
+               and _calls_something(stmt) for stmt in body):
+            first, last = body[0], body[-1]
+            toplevel = ast.FunctionDef(name=TOPLEVEL, args=ast.arguments([], [], None, [], [], None, []), body=body,
+                                       decorator_list=[], returns=None, type_comment=None)
+            toplevel.lineno, toplevel.col_offset = first.lineno, first.col_offset
+            toplevel.end_lineno, toplevel.end_col_offset = last.end_lineno, last.end_col_offset
+            methods.append(_MethodExtractor(self, [], {}, toplevel).run())
+        if not methods:
+            return None
+        return ClassModel(MODULE_CLASS, (), (), tuple(methods), None)
 
     # -- classes ---------------------------------------------------------------------------
 
@@ -339,8 +459,8 @@ class _InitExtractor:
                 cid = self.cond_id
                 self.cond_id += 1
                 text = self.fx.src.segment(stmt.test)
-                self.block(stmt.body, (*guard, Cond(cid, text, True)))
-                self.block(stmt.orelse, (*guard, Cond(cid, text, False)))
+                self.block(stmt.body, (*guard, _cond(cid, text, True)))
+                self.block(stmt.orelse, (*guard, _cond(cid, text, False)))
             elif isinstance(stmt, (ast.For, ast.While, ast.With, ast.Try)):
                 self.block(stmt.body, guard)
                 if isinstance(stmt, ast.Try):
@@ -420,7 +540,7 @@ class _InitExtractor:
             return None
         if isinstance(value, ast.Attribute) and _mentions_config(value):
             # a module chosen by configuration (`self.act = config.hidden_act`): type unknown
-            return LayerDef(attr, "?", (Sym(fx.src.segment(value)),), (), (), guard, pos)
+            return LayerDef(attr, "?", (_sym(fx.src.segment(value)),), (), (), guard, pos)
         return None
 
     def subscript_type(self, value: ast.Subscript) -> str | None:
@@ -469,7 +589,7 @@ def _not_a_module(callee: str) -> bool:
 
 
 def _self_attr(expr: ast.expr) -> str | None:
-    if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self":
+    if type(expr) is ast.Attribute and type(expr.value) is ast.Name and expr.value.id == "self":  # type: ignore[attr-defined]
         return f"self.{expr.attr}"
     return None
 
@@ -483,28 +603,29 @@ def _mentions_config(expr: ast.expr) -> bool:
 def _const_or_sym(expr: ast.expr, src: Source) -> Operand:
     value = _literal(expr)
     if value is not _NOT_LITERAL:
-        return Const(value)
-    return Sym(src.segment(expr))
+        return _const(value)
+    return _sym(src.segment(expr))
 
 
 _NOT_LITERAL = object()
 
 
 def _literal(expr: ast.expr) -> object:
-    if isinstance(expr, ast.Constant):
+    t = type(expr)
+    if t is ast.Constant:
         value = expr.value
         if isinstance(value, (int, float, str, bool)) or value is None or value is Ellipsis:
             if isinstance(value, float) and value != value:  # NaN never equals itself
                 return _NOT_LITERAL
             return value
         return _NOT_LITERAL
-    if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.USub) and isinstance(expr.operand, ast.Constant):
-        value = expr.operand.value
+    if t is ast.UnaryOp and type(expr.op) is ast.USub and type(expr.operand) is ast.Constant:  # type: ignore[attr-defined]
+        value = expr.operand.value  # type: ignore[attr-defined]
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return -value
         return _NOT_LITERAL
-    if isinstance(expr, ast.Tuple):
-        items = tuple(_literal(e) for e in expr.elts)
+    if t is ast.Tuple:
+        items = tuple([_literal(e) for e in expr.elts])  # type: ignore[attr-defined]
         if any(i is _NOT_LITERAL for i in items):
             return _NOT_LITERAL
         return items
@@ -528,7 +649,11 @@ class _Scope:
 
 
 class _Terminated(Exception):
-    pass
+    """The block always leaves: by `return` (raised=False) or by `raise` (raised=True)."""
+
+    def __init__(self, raised: bool = False) -> None:
+        super().__init__()
+        self.raised = raised
 
 
 class _MethodExtractor:
@@ -548,6 +673,8 @@ class _MethodExtractor:
         self.via: tuple[Pos, ...] = ()
         self.inline_stack: list[str] = []
         self.generated: set[str] = set()  # temporaries and merge results made up by extraction
+        self.avoid_temps = fx.src.temp_like_names()
+        self.positions = fx.src.positions
 
     # -- names ------------------------------------------------------------------------------
 
@@ -563,7 +690,7 @@ class _MethodExtractor:
         while True:
             self.temp_count += 1
             name = f"_t{self.temp_count}"
-            if name not in self.src.temp_like_names():
+            if name not in self.avoid_temps:
                 self.generated.add(name)
                 return name
 
@@ -573,9 +700,16 @@ class _MethodExtractor:
         return cid
 
     def tensor_attrs(self) -> frozenset[str]:
-        return frozenset(attr for attr, defs in self.table.items()
-                         if any(d.type in _TENSOR_TYPES or d.type.startswith("torch.") and d.type.rpartition(".")[2][:1].islower()
-                                for d in defs))
+        # the same for every method of a class: kept with the table (which the cache holds on to,
+        # so that its id is not reused)
+        cached = self.fx.tensor_attrs_cache.get(id(self.table))
+        if cached is not None and cached[0] is self.table:
+            return cached[1]
+        found = frozenset(attr for attr, defs in self.table.items()
+                          if any(d.type in _TENSOR_TYPES or d.type.startswith("torch.") and d.type.rpartition(".")[2][:1].islower()
+                                 for d in defs))
+        self.fx.tensor_attrs_cache[id(self.table)] = (self.table, found)
+        return found
 
     # -- entry ------------------------------------------------------------------------------
 
@@ -621,8 +755,21 @@ class _MethodExtractor:
              guard: tuple[Cond, ...], at: ast.AST, target: str | None = None, n_out: int = 1,
              outputs: tuple[str, ...] | None = None) -> tuple[str, ...]:
         if outputs is None:
-            outputs = tuple(self.temp() for _ in range(n_out))
-        self.nodes.append(Node(kind, op, inputs, kwargs, outputs, target, guard, self.src.pos(at), self.via))
+            if n_out == 1:
+                # self.temp(), inlined: this runs for most nodes
+                self.temp_count += 1
+                name = f"_t{self.temp_count}"
+                if name in self.avoid_temps:
+                    name = self.temp()
+                else:
+                    self.generated.add(name)
+                outputs = (name,)
+            else:
+                outputs = tuple(self.temp() for _ in range(n_out))
+        pos = self.positions.get(id(at))
+        if pos is None:
+            pos = self.src.pos(at)
+        self.nodes.append(_new_node(kind, op, inputs, kwargs, outputs, target, guard, pos, self.via))
         return outputs
 
     # -- statements --------------------------------------------------------------------------
@@ -636,45 +783,46 @@ class _MethodExtractor:
         return guard
 
     def statement(self, stmt: ast.stmt, scope: _Scope, guard: tuple[Cond, ...]) -> tuple[Cond, ...]:
-        if isinstance(stmt, ast.Assign):
+        t = type(stmt)
+        if t is ast.Assign:
             value = self.expr(stmt.value, scope, guard)
             for target in stmt.targets:
                 self.bind(target, value, stmt.value, scope, guard, stmt)
-        elif isinstance(stmt, ast.AnnAssign):
+        elif t is ast.AnnAssign:
             if stmt.value is not None:
                 value = self.expr(stmt.value, scope, guard)
                 self.bind(stmt.target, value, stmt.value, scope, guard, stmt)
-        elif isinstance(stmt, ast.AugAssign):
+        elif t is ast.AugAssign:
             current = self.expr(stmt.target, scope, guard)
             right = self.expr(stmt.value, scope, guard)
             value = self.binary(type(stmt.op).__name__, current, right, guard, stmt, scope)
             self.bind(stmt.target, value, stmt.value, scope, guard, stmt)
-        elif isinstance(stmt, ast.Return):
-            value = self.expr(stmt.value, scope, guard) if stmt.value is not None else Const(None)
+        elif t is ast.Return:
+            value = self.expr(stmt.value, scope, guard) if stmt.value is not None else _const(None)
             if self.inline_stack:
                 scope.returns.append((value, guard))
             else:
                 self.emit("return", "return", (value,), (), guard, stmt, outputs=())
             raise _Terminated
-        elif isinstance(stmt, ast.Raise):
-            raise _Terminated
-        elif isinstance(stmt, ast.If):
+        elif t is ast.Raise:
+            raise _Terminated(raised=True)
+        elif t is ast.If:
             return self.if_statement(stmt, scope, guard)
-        elif isinstance(stmt, (ast.For, ast.AsyncFor)):
+        elif t is ast.For or t is ast.AsyncFor:
             self.for_statement(stmt, scope, guard)
-        elif isinstance(stmt, ast.While):
+        elif t is ast.While:
             self.loop_body(stmt, stmt.body, scope, guard, self.src.segment(stmt.test), None)
-        elif isinstance(stmt, (ast.With, ast.AsyncWith)):
+        elif t is ast.With or t is ast.AsyncWith:
             for item in stmt.items:
                 if _has_data(item.context_expr, scope):
                     self.expr(item.context_expr, scope, guard)
             return self.block(stmt.body, scope, guard)
-        elif isinstance(stmt, ast.Try):
+        elif t is ast.Try:
             return self.try_statement(stmt, scope, guard)
-        elif isinstance(stmt, ast.Expr):
+        elif t is ast.Expr:
             if isinstance(stmt.value, (ast.Yield, ast.YieldFrom)):
                 inner = stmt.value.value
-                value = self.expr(inner, scope, guard) if inner is not None else Const(None)
+                value = self.expr(inner, scope, guard) if inner is not None else _const(None)
                 self.emit("yield", "yield", (value,), (), guard, stmt, outputs=())
             elif not isinstance(stmt.value, ast.Constant):  # docstrings
                 self.expr(stmt.value, scope, guard)
@@ -696,30 +844,33 @@ class _MethodExtractor:
             guard = self.block(stmt.body, scope, guard)
             return self.block(stmt.orelse, scope, guard)
         cid = self.new_cond(stmt.test)
-        yes, no = Cond(cid, text, True), Cond(cid, text, False)
+        yes, no = _cond(cid, text, True), _cond(cid, text, False)
         before = dict(scope.env)
         layers_before = dict(scope.layers)
         ended_yes = ended_no = False
+        raised_yes = raised_no = False
         try:
             self.block(stmt.body, scope, (*guard, yes))
-        except _Terminated:
-            ended_yes = True
+        except _Terminated as exc:
+            ended_yes, raised_yes = True, exc.raised
         env_yes = scope.env
         scope.env = dict(before)
         scope.layers = dict(layers_before)
         try:
             self.block(stmt.orelse, scope, (*guard, no))
-        except _Terminated:
-            ended_no = True
+        except _Terminated as exc:
+            ended_no, raised_no = True, exc.raised
         env_no = scope.env
         if ended_yes and ended_no:
-            raise _Terminated
+            raise _Terminated(raised=raised_yes and raised_no)
+        # After a branch that returns, the rest of the block runs only on the other branch. After
+        # one that raises (a validation), the code simply goes on: no decision is recorded for it.
         if ended_yes:
             scope.env = env_no
-            return (*guard, no)
+            return guard if raised_yes else (*guard, no)
         if ended_no:
             scope.env = env_yes
-            return (*guard, yes)
+            return guard if raised_no else (*guard, yes)
         scope.env = self.merge(before, env_yes, env_no, guard, stmt, cid, test)
         return guard
 
@@ -730,8 +881,13 @@ class _MethodExtractor:
         merged = dict(before)
         meta: tuple[tuple[str, Operand], ...] = ()
         if cid is not None:
-            meta = (("if", Const(cid)),) + ((("test", test),) if isinstance(test, Var) else ())
-        for name in sorted(set(a) | set(b), key=lambda n: (n not in before, n)):
+            meta = (("if", _const(cid)),) + ((("test", test),) if isinstance(test, Var) else ())
+        # names bound alike on both sides and as before need nothing (set operations on the
+        # items, rather than a loop over every name in scope)
+        a_items, b_items = a.items(), b.items()
+        changed = {n for n, _ in a_items ^ b_items}
+        changed.update(n for n, _ in (a_items & b_items) - before.items())
+        for name in sorted(changed, key=lambda n: (n not in before, n)):
             va, vb = a.get(name), b.get(name)
             if va == vb or va is None or vb is None:
                 # defined on one side only: later uses read that definition (on the other path
@@ -739,7 +895,7 @@ class _MethodExtractor:
                 if va is not None or vb is not None:
                     merged[name] = va if va is not None else vb  # type: ignore[assignment]
                 continue
-            inputs = tuple(Var(v) for v in (va, vb) if v is not None)
+            inputs = tuple(_var(v) for v in (va, vb) if v is not None)
             out = self.fresh(name)
             if all(self.kinds.get(v.name) == "scalar" for v in inputs):
                 self.kinds[out] = "scalar"
@@ -766,7 +922,7 @@ class _MethodExtractor:
     def loop_body(self, stmt: ast.stmt, body: list[ast.stmt], scope: _Scope, guard: tuple[Cond, ...], text: str,
                   loop: tuple[ast.expr, ast.expr, str | None] | None) -> None:
         cid = self.new_cond(None)
-        inside = (*guard, Cond(cid, text, True))
+        inside = (*guard, _cond(cid, text, True))
         before = dict(scope.env)
         layers_before = dict(scope.layers)
         if loop is not None:
@@ -776,7 +932,7 @@ class _MethodExtractor:
                 if element.startswith("enumerate:") and isinstance(target, ast.Tuple) and len(target.elts) == 2:
                     names = target.elts[1]
                     element = element[len("enumerate:"):]
-                    self.bind(target.elts[0], Const(0), None, scope, inside, stmt, kind="scalar")
+                    self.bind(target.elts[0], _const(0), None, scope, inside, stmt, kind="scalar")
                 if isinstance(names, ast.Name):
                     scope.layers[names.id] = element
                     scope.env.pop(names.id, None)
@@ -784,7 +940,7 @@ class _MethodExtractor:
                 value = self.expr(iterable, scope, guard) if _has_data(iterable, scope) else None
                 if value is not None:
                     out = self.emit("op", "iter", (value,), (), inside, iterable)
-                    self.bind(target, Var(out[0]), iterable, scope, inside, stmt)
+                    self.bind(target, _var(out[0]), iterable, scope, inside, stmt)
                 else:
                     for name in _names(target):
                         scope.env.pop(name, None)
@@ -808,9 +964,10 @@ class _MethodExtractor:
 
     def bind(self, target: ast.expr, value: Operand, value_expr: ast.expr | None, scope: _Scope,
              guard: tuple[Cond, ...], at: ast.AST, kind: str | None = None) -> None:
-        if isinstance(target, ast.Name):
+        t = type(target)
+        if t is ast.Name:
             # `layer = self.layers[i]`: a local name for a module
-            if value_expr is not None:
+            if value_expr is not None and type(value_expr) in _MAY_NAME_A_LAYER:
                 layer_target = self.layer_target(value_expr, scope)
                 if layer_target is not None:
                     scope.layers[target.id] = layer_target
@@ -838,7 +995,7 @@ class _MethodExtractor:
             if kind:
                 self.kinds[name] = kind
             scope.env[target.id] = name
-        elif isinstance(target, (ast.Tuple, ast.List)):
+        elif t is ast.Tuple or t is ast.List:
             names = target.elts
             if isinstance(value, Seq) and len(value.items) == len(names) and not any(isinstance(n, ast.Starred) for n in names):
                 for sub, item in zip(names, value.items, strict=True):
@@ -859,15 +1016,15 @@ class _MethodExtractor:
             for i, sub in enumerate(names):
                 if isinstance(sub, ast.Starred):
                     sub = sub.value
-                item = self.emit("op", "getitem", (value, Const(i)), (), guard, at)
-                self.bind(sub, Var(item[0]), None, scope, guard, at)
+                item = self.emit("op", "getitem", (value, _const(i)), (), guard, at)
+                self.bind(sub, _var(item[0]), None, scope, guard, at)
         elif isinstance(target, ast.Attribute):
             owner = _self_attr(target)
             if owner is not None or isinstance(target.value, ast.Name) and target.value.id == "self":
                 self.emit("store", "store", (value,), (), guard, at, target=self.src.segment(target), outputs=())
             elif _has_data(target.value, scope):
                 obj = self.expr(target.value, scope, guard)
-                self.emit("store", "setattr", (obj, Const(target.attr), value), (), guard, at, outputs=())
+                self.emit("store", "setattr", (obj, _const(target.attr), value), (), guard, at, outputs=())
         elif isinstance(target, ast.Subscript):
             if _has_data(target.value, scope) and isinstance(target.value, ast.Name):
                 obj = self.expr(target.value, scope, guard)
@@ -882,14 +1039,15 @@ class _MethodExtractor:
 
     def layer_target(self, expr: ast.expr, scope: _Scope) -> str | None:
         """The layer a callee expression names: `self.query`, `self.layers[i]`, a local alias."""
-        if isinstance(expr, ast.Name):
-            return scope.layers.get(expr.id)
+        t = type(expr)
+        if t is ast.Name:
+            return scope.layers.get(expr.id)  # type: ignore[attr-defined]
         if scope.self_class is None:
             return None
         attr = _self_attr(expr)
         if attr is not None:
             return attr if attr in self.table else None
-        if isinstance(expr, ast.Subscript):
+        if t is ast.Subscript:
             base = self.layer_target(expr.value, scope) if not isinstance(expr.value, ast.Name) else scope.layers.get(expr.value.id)
             if base is None:
                 return None
@@ -902,7 +1060,7 @@ class _MethodExtractor:
                 if self.lookup_layer(keyed):
                     return keyed
             return f"{base}[*]"
-        if isinstance(expr, ast.Attribute):
+        if t is ast.Attribute:
             base = self.layer_target(expr.value, scope)
             if base is not None:
                 return f"{base}.{expr.attr}"
@@ -937,92 +1095,101 @@ class _MethodExtractor:
     def expr(self, e: ast.expr | None, scope: _Scope, guard: tuple[Cond, ...]) -> Operand:
         """Emit the nodes computing `e`; return the operand holding its value."""
         if e is None:
-            return Const(None)
-        if isinstance(e, ast.Name):
-            ssa = scope.env.get(e.id)
+            return _const(None)
+        t = type(e)
+        if t is ast.Name:
+            ssa = scope.env.get(e.id)  # type: ignore[attr-defined]
             if ssa is not None:
-                return Var(ssa)
-            if e.id in scope.layers:
-                return Sym(scope.layers[e.id])
-            return Sym(e.id)
+                return _var(ssa)
+            if e.id in scope.layers:  # type: ignore[attr-defined]
+                return _sym(scope.layers[e.id])  # type: ignore[attr-defined]
+            return _sym(e.id)  # type: ignore[attr-defined]
         if not _has_data(e, scope):
             literal = _literal(e)
             if literal is not _NOT_LITERAL:
-                return Const(literal)
-            if isinstance(e, ast.Call) and self.callable_is_layer_or_inlinable(e.func, scope):
+                return _const(literal)
+            if t is ast.Call and self.callable_is_layer_or_inlinable(e.func, scope):  # type: ignore[attr-defined]
                 pass  # a layer called on no data (e.g. self.embed(self.position_ids)) is still a node
             else:
-                return Sym(self.src.segment(e))
-        if isinstance(e, ast.Call):
-            return self.call(e, scope, guard)
-        if isinstance(e, ast.BinOp):
-            left = self.expr(e.left, scope, guard)
-            right = self.expr(e.right, scope, guard)
-            return self.binary(type(e.op).__name__, left, right, guard, e, scope)
-        if isinstance(e, ast.UnaryOp):
-            operand = self.expr(e.operand, scope, guard)
-            if isinstance(e.op, ast.USub) and isinstance(operand, Const) and isinstance(operand.value, (int, float)):
-                return Const(-operand.value)
-            out = self.emit("op", C.UNARY[type(e.op).__name__], (operand,), (), guard, e)
-            if isinstance(operand, Var) and self.kinds.get(operand.name) == "scalar":
-                self.kinds[out[0]] = "scalar"
-            return Var(out[0])
-        if isinstance(e, ast.Attribute):
-            if isinstance(e.value, ast.Name) and e.value.id == "self":
-                return Sym(f"self.{e.attr}")  # a parameter or buffer: a value, not a computation
-            obj = self.expr(e.value, scope, guard)
-            out = self.emit("op", "getattr", (obj, Const(e.attr)), (), guard, e)
-            return Var(out[0])
-        if isinstance(e, ast.Subscript):
-            obj = self.expr(e.value, scope, guard)
-            index = self.expr(e.slice, scope, guard) if _has_data(e.slice, scope) else self.index_operand(e.slice)
-            out = self.emit("op", "getitem", (obj, index), (), guard, e)
-            if isinstance(obj, Var) and (self.kinds.get(obj.name) == "shape" and isinstance(index, Const)
-                                         and isinstance(index.value, int)):
-                self.kinds[out[0]] = "scalar"
-            elif isinstance(obj, Var) and self.kinds.get(obj.name) == "shape":
-                self.kinds[out[0]] = "shape"
-            return Var(out[0])
-        if isinstance(e, (ast.Tuple, ast.List)):
-            items = tuple(self.expr(item.value if isinstance(item, ast.Starred) else item, scope, guard)
-                          for item in e.elts)
-            return Seq(items, "list" if isinstance(e, ast.List) else "tuple")
-        if isinstance(e, ast.IfExp):
-            return self.if_expression(e, scope, guard)
-        if isinstance(e, ast.Compare):
-            left = self.expr(e.left, scope, guard)
-            rights = [self.expr(c, scope, guard) for c in e.comparators]
-            op = "compare:" + ",".join(type(o).__name__.lower() for o in e.ops)
-            out = self.emit("op", op, (left, *rights), (), guard, e)
-            return Var(out[0])
-        if isinstance(e, ast.BoolOp):
-            values = tuple(self.expr(v, scope, guard) for v in e.values)
-            out = self.emit("op", type(e.op).__name__.lower(), values, (), guard, e)
-            return Var(out[0])
-        if isinstance(e, ast.Starred):
-            return self.expr(e.value, scope, guard)
-        if isinstance(e, ast.NamedExpr):
-            value = self.expr(e.value, scope, guard)
-            self.bind(e.target, value, e.value, scope, guard, e)
-            return Var(scope.env[e.target.id]) if e.target.id in scope.env else value
+                return _sym(self.src.segment(e))
+        handler = _EXPR_HANDLERS.get(t)
+        if handler is not None:
+            return handler(self, e, scope, guard)
         # comprehensions, lambdas, f-strings, dicts, ... over data: one opaque node
-        inputs = tuple(Var(scope.env[n]) for n in _data_names(e, scope))
-        kind = type(e).__name__.lower()
-        out = self.emit("op", kind, inputs, (("text", Sym(self.src.segment(e))),), guard, e)
-        return Var(out[0])
+        inputs = tuple(_var(scope.env[n]) for n in _data_names(e, scope))
+        kind = t.__name__.lower()
+        out = self.emit("op", kind, inputs, (("text", _sym(self.src.segment(e))),), guard, e)
+        return _var(out[0])
+
+    def binop_expr(self, e: ast.BinOp, scope: _Scope, guard: tuple[Cond, ...]) -> Operand:
+        left = self.expr(e.left, scope, guard)
+        right = self.expr(e.right, scope, guard)
+        return self.binary(type(e.op).__name__, left, right, guard, e, scope)
+
+    def unary_expr(self, e: ast.UnaryOp, scope: _Scope, guard: tuple[Cond, ...]) -> Operand:
+        operand = self.expr(e.operand, scope, guard)
+        if isinstance(e.op, ast.USub) and isinstance(operand, Const) and isinstance(operand.value, (int, float)):
+            return _const(-operand.value)
+        out = self.emit("op", C.UNARY[type(e.op).__name__], (operand,), (), guard, e)
+        if isinstance(operand, Var) and self.kinds.get(operand.name) == "scalar":
+            self.kinds[out[0]] = "scalar"
+        return _var(out[0])
+
+    def attribute_expr(self, e: ast.Attribute, scope: _Scope, guard: tuple[Cond, ...]) -> Operand:
+        if isinstance(e.value, ast.Name) and e.value.id == "self":
+            return _sym(f"self.{e.attr}")  # a parameter or buffer: a value, not a computation
+        obj = self.expr(e.value, scope, guard)
+        out = self.emit("op", "getattr", (obj, _const(e.attr)), (), guard, e)
+        return _var(out[0])
+
+    def subscript_expr(self, e: ast.Subscript, scope: _Scope, guard: tuple[Cond, ...]) -> Operand:
+        obj = self.expr(e.value, scope, guard)
+        index = self.expr(e.slice, scope, guard) if _has_data(e.slice, scope) else self.index_operand(e.slice)
+        out = self.emit("op", "getitem", (obj, index), (), guard, e)
+        if isinstance(obj, Var) and (self.kinds.get(obj.name) == "shape" and isinstance(index, Const)
+                                     and isinstance(index.value, int)):
+            self.kinds[out[0]] = "scalar"
+        elif isinstance(obj, Var) and self.kinds.get(obj.name) == "shape":
+            self.kinds[out[0]] = "shape"
+        return _var(out[0])
+
+    def sequence_expr(self, e: ast.Tuple | ast.List, scope: _Scope, guard: tuple[Cond, ...]) -> Operand:
+        items = tuple([self.expr(item.value if type(item) is ast.Starred else item, scope, guard)
+                       for item in e.elts])
+        return _seq(items, "list" if type(e) is ast.List else "tuple")
+
+    def compare_expr(self, e: ast.Compare, scope: _Scope, guard: tuple[Cond, ...]) -> Operand:
+        left = self.expr(e.left, scope, guard)
+        rights = [self.expr(c, scope, guard) for c in e.comparators]
+        op = "compare:" + ",".join(type(o).__name__.lower() for o in e.ops)
+        out = self.emit("op", op, (left, *rights), (), guard, e)
+        return _var(out[0])
+
+    def boolop_expr(self, e: ast.BoolOp, scope: _Scope, guard: tuple[Cond, ...]) -> Operand:
+        values = tuple([self.expr(v, scope, guard) for v in e.values])
+        out = self.emit("op", type(e.op).__name__.lower(), values, (), guard, e)
+        return _var(out[0])
+
+    def starred_expr(self, e: ast.Starred, scope: _Scope, guard: tuple[Cond, ...]) -> Operand:
+        return self.expr(e.value, scope, guard)
+
+    def named_expr(self, e: ast.NamedExpr, scope: _Scope, guard: tuple[Cond, ...]) -> Operand:
+        value = self.expr(e.value, scope, guard)
+        self.bind(e.target, value, e.value, scope, guard, e)
+        return _var(scope.env[e.target.id]) if e.target.id in scope.env else value
 
     def index_operand(self, index: ast.expr) -> Operand:
         literal = _literal(index)
         if literal is not _NOT_LITERAL:
-            return Const(literal)
-        return Sym(self.src.segment(index))
+            return _const(literal)
+        return _sym(self.src.segment(index))
 
     def if_expression(self, e: ast.IfExp, scope: _Scope, guard: tuple[Cond, ...]) -> Operand:
         test = self.expr(e.test, scope, guard) if _has_data(e.test, scope) else None
         cid = self.new_cond(e.test)
         text = self.src.segment(e.test)
-        yes = self.expr(e.body, scope, (*guard, Cond(cid, text, True)))
-        no = self.expr(e.orelse, scope, (*guard, Cond(cid, text, False)))
+        yes = self.expr(e.body, scope, (*guard, _cond(cid, text, True)))
+        no = self.expr(e.orelse, scope, (*guard, _cond(cid, text, False)))
         out = self.fresh("_if")
         self.generated.add(out)
         inputs: list[Operand] = []
@@ -1030,11 +1197,11 @@ class _MethodExtractor:
             if isinstance(value, Var):
                 inputs.append(value)
             else:
-                tmp = self.emit("op", "assign", (value,), (), (*guard, Cond(cid, text, taken)), e)
-                inputs.append(Var(tmp[0]))
-        meta: tuple[tuple[str, Operand], ...] = (("if", Const(cid)),) + ((("test", test),) if isinstance(test, Var) else ())
+                tmp = self.emit("op", "assign", (value,), (), (*guard, _cond(cid, text, taken)), e)
+                inputs.append(_var(tmp[0]))
+        meta: tuple[tuple[str, Operand], ...] = (("if", _const(cid)),) + ((("test", test),) if isinstance(test, Var) else ())
         self.nodes.append(Node("phi", "phi", tuple(inputs), meta, (out,), None, guard, None, self.via))
-        return Var(out)
+        return _var(out)
 
     def binary(self, opname: str, left: Operand, right: Operand, guard: tuple[Cond, ...], at: ast.AST,
                scope: _Scope) -> Operand:
@@ -1044,28 +1211,54 @@ class _MethodExtractor:
         if left_scalar and right_scalar:
             out = self.emit("op", op, (left, right), (), guard, at)
             self.kinds[out[0]] = "scalar"
-            return Var(out[0])
+            return _var(out[0])
+        if op == "pow" and right_scalar:
+            # `x ** 2` is the same node as `torch.pow(x, 2)` and `x.pow(2)`
+            out = self.emit("op", "pow", (left,), (("exponent", right),), guard, at)
+            return _var(out[0])
         if op in ("mul", "div") and (right_scalar or left_scalar and op == "mul"):
-            # a tensor times or over a number: one `scale` node. The factor is kept as written;
-            # `inverse` says it divides. `x * d ** -0.5`, `x / math.sqrt(d)`, `x * self.scale`.
+            # a tensor times or over a number: one `scale` node whose factor multiplies.
+            # `x * d ** -0.5`, `x * self.scale` keep their factor; `x / math.sqrt(d)` has the factor
+            # `1 / (math.sqrt(d))`, so that rules bind one `$factor` for every spelling.
             tensor, factor = (left, right) if right_scalar else (right, left)
-            kwargs: tuple[tuple[str, Operand], ...] = (("inverse", Const(True)),) if op == "div" else ()
-            out = self.emit("op", "scale", (tensor, factor), kwargs, guard, at)
-            return Var(out[0])
+            if op == "div":
+                factor = _sym(f"1 / {_parenthesize(self.python_text(factor))}")
+            out = self.emit("op", "scale", (tensor, factor), (), guard, at)
+            return _var(out[0])
         out = self.emit("op", op, (left, right), (), guard, at)
-        return Var(out[0])
+        return _var(out[0])
+
+    def python_text(self, operand: Operand) -> str:
+        """An operand as Python source at this point of the method."""
+        if isinstance(operand, Const):
+            return repr(operand.value)
+        if isinstance(operand, Sym):
+            return operand.text
+        if isinstance(operand, Var):
+            node = self.nodes[-1] if self.nodes else None
+            for candidate in reversed(self.nodes):
+                if operand.name in candidate.outputs:
+                    node = candidate
+                    break
+            if operand.name in self.generated and node is not None and node.pos is not None:
+                return self.src.segment_at(node.pos)
+            return operand.name.split(".", 1)[0]
+        return "?"
 
     def is_scalar(self, operand: Operand) -> bool:
-        if isinstance(operand, Const):
-            return isinstance(operand.value, (int, float)) and not isinstance(operand.value, bool)
-        if isinstance(operand, Sym):
+        t = type(operand)
+        if t is Var:
+            return self.kinds.get(operand.name) == "scalar"  # type: ignore[union-attr]
+        if t is Const:
+            return isinstance(operand.value, (int, float)) and not isinstance(operand.value, bool)  # type: ignore[union-attr]
+        if t is Sym:
             # `self.scale`, `config.x`, `math.sqrt(d)`: not data. A module parameter/buffer
             # registered in __init__ would be in the layer table and is not a scalar.
             text = operand.text
             if text.startswith("self.") and text.partition("(")[0] in self.table:
                 return False
             return not text.startswith(("torch.", "self.weight", "self.bias"))
-        return self.kinds.get(operand.name) == "scalar" if isinstance(operand, Var) else False
+        return False
 
     # -- calls ---------------------------------------------------------------------------------
 
@@ -1103,12 +1296,12 @@ class _MethodExtractor:
             callee = self.expr(func, scope, guard)
             args, kwargs = self.arguments(e, scope, guard)
             out = self.emit("op", "call", (callee, *args), kwargs, guard, e)
-            return Var(out[0])
+            return _var(out[0])
         return self.op_call(name, False, None, e, scope, guard)
 
     def arguments(self, e: ast.Call, scope: _Scope, guard: tuple[Cond, ...]) -> tuple[tuple[Operand, ...], tuple[tuple[str, Operand], ...]]:
-        args = tuple(self.expr(a.value if isinstance(a, ast.Starred) else a, scope, guard) for a in e.args)
-        kwargs = tuple((k.arg or "**", self.expr(k.value, scope, guard)) for k in e.keywords)
+        args = tuple([self.expr(a.value if type(a) is ast.Starred else a, scope, guard) for a in e.args])
+        kwargs = tuple([(k.arg or "**", self.expr(k.value, scope, guard)) for k in e.keywords]) if e.keywords else ()
         return args, kwargs
 
     def op_call(self, name: str, is_method: bool, receiver: Operand | None, e: ast.Call, scope: _Scope,
@@ -1132,7 +1325,7 @@ class _MethodExtractor:
             self.kinds[out[0]] = "scalar"
         elif (is_method and name == "size" and not args) or op == "getattr":
             self.kinds[out[0]] = "shape"
-        return Var(out[0])
+        return _var(out[0])
 
     def layer_call(self, target: str, e: ast.Call, scope: _Scope, guard: tuple[Cond, ...]) -> Operand:
         layer = self.lookup_layer(target)
@@ -1142,11 +1335,11 @@ class _MethodExtractor:
             value = self.expr(e.args[0], scope, guard)
             for item in layer.items:
                 out = self.emit("layer", item.type, (value,), (), guard, e, target=item.attr)
-                value = Var(out[0])
+                value = _var(out[0])
             return value
         args, kwargs = self.arguments(e, scope, guard)
         out = self.emit("layer", self.layer_type(target), args, kwargs, guard, e, target=target)
-        return Var(out[0])
+        return _var(out[0])
 
     def find_method(self, name: str) -> ast.FunctionDef | None:
         for klass in self.chain:
@@ -1218,7 +1411,7 @@ class _MethodExtractor:
             self.via = saved_via
         returns = callee_scope.returns
         if not returns:
-            return Const(None)
+            return _const(None)
         if len(returns) == 1:
             return returns[0][0]
         inputs: list[Operand] = []
@@ -1227,11 +1420,42 @@ class _MethodExtractor:
                 inputs.append(value)
             else:
                 tmp = self.emit("op", "assign", (value,), (), ret_guard, e)
-                inputs.append(Var(tmp[0]))
+                inputs.append(_var(tmp[0]))
         out = self.fresh(f"_{fn.name}")
         self.generated.add(out)
         self.nodes.append(Node("phi", "phi", tuple(inputs), (), (out,), None, guard, None, self.via))
-        return Var(out)
+        return _var(out)
+
+
+MODULE_CLASS = "__module__"
+TOPLEVEL = "__toplevel__"
+
+
+def _calls_something(stmt: ast.stmt) -> bool:
+    return any(isinstance(node, ast.Call) for node in ast.walk(stmt))
+
+
+def _parenthesize(text: str) -> str:
+    simple = text.replace(".", "").replace("_", "").isalnum()
+    return text if simple or (text.startswith("(") and text.endswith(")")) else f"({text})"
+
+
+_MAY_NAME_A_LAYER = {ast.Name, ast.Attribute, ast.Subscript}  # what `layer_target` can resolve
+
+_EXPR_HANDLERS = {
+    ast.Call: _MethodExtractor.call,
+    ast.BinOp: _MethodExtractor.binop_expr,
+    ast.UnaryOp: _MethodExtractor.unary_expr,
+    ast.Attribute: _MethodExtractor.attribute_expr,
+    ast.Subscript: _MethodExtractor.subscript_expr,
+    ast.Tuple: _MethodExtractor.sequence_expr,
+    ast.List: _MethodExtractor.sequence_expr,
+    ast.IfExp: _MethodExtractor.if_expression,
+    ast.Compare: _MethodExtractor.compare_expr,
+    ast.BoolOp: _MethodExtractor.boolop_expr,
+    ast.Starred: _MethodExtractor.starred_expr,
+    ast.NamedExpr: _MethodExtractor.named_expr,
+}
 
 
 def _is_scripted(fn: ast.FunctionDef) -> bool:
@@ -1245,7 +1469,15 @@ def _is_scripted(fn: ast.FunctionDef) -> bool:
 
 
 def _with_outputs(node: Node, outputs: tuple[str, ...]) -> Node:
+    """`node` with other outputs. Only for a node that extraction has just made and that nothing
+    else refers to yet: then it is renamed in place (it is not hashed or shared before)."""
+    if _set_outputs is not None:
+        _set_outputs(node, outputs)
+        return node
     return Node(node.kind, node.op, node.inputs, node.kwargs, outputs, node.target, node.guard, node.pos, node.via)
+
+
+_set_outputs = Node.outputs.__set__ if _new_node is not Node else None  # type: ignore[attr-defined]
 
 
 def _uniform(items: tuple[LayerDef, ...]) -> bool:
@@ -1302,18 +1534,35 @@ def _has_data(e: ast.AST, scope: _Scope) -> bool:
     if t is ast.Constant:
         return False
     if t is ast.Attribute:
-        value = e.value  # type: ignore[attr-defined]
-        if scope.tensors and type(value) is ast.Name and value.id == "self" and f"self.{e.attr}" in scope.tensors:  # type: ignore[attr-defined]
-            return True
-        return _has_data(value, scope)
+        tensors = scope.tensors
+        while True:
+            value = e.value  # type: ignore[attr-defined]
+            tv = type(value)
+            if tv is ast.Name:
+                if tensors and value.id == "self" and f"self.{e.attr}" in tensors:  # type: ignore[attr-defined]
+                    return True
+                return value.id in scope.env or value.id in scope.layers
+            if tv is not ast.Attribute:
+                return _has_data(value, scope)
+            e = value
     if t is ast.Call:
+        env, layers = scope.env, scope.layers
         if _has_data(e.func, scope):  # type: ignore[attr-defined]
             return True
         for arg in e.args:  # type: ignore[attr-defined]
-            if _has_data(arg, scope):
+            ta = type(arg)
+            if ta is ast.Name:
+                if arg.id in env or arg.id in layers:
+                    return True
+            elif ta is not ast.Constant and _has_data(arg, scope):
                 return True
         for kw in e.keywords:  # type: ignore[attr-defined]
-            if _has_data(kw.value, scope):
+            value = kw.value
+            ta = type(value)
+            if ta is ast.Name:
+                if value.id in env or value.id in layers:
+                    return True
+            elif ta is not ast.Constant and _has_data(value, scope):
                 return True
         return False
     if t is ast.BinOp:

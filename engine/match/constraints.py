@@ -90,7 +90,7 @@ CHECKS: dict[str, Callable[[Match, MethodIndex], str | None]] = {
 # Rank inference, for dimension arguments
 
 
-_SAME_RANK_OPS = {"add", "sub", "mul", "div", "scale", "masked_fill", "dropout", "softmax", "log_softmax", "neg",
+_SAME_RANK_OPS = {"torch.cat", "cat", "unpack", ".repeat", ".expand", ".expand_as", "add", "sub", "mul", "div", "scale", "masked_fill", "dropout", "softmax", "log_softmax", "neg",
                   ".to", ".float", ".half", ".type_as", ".type", ".contiguous", ".clone", "assign", "transpose",
                   "gelu", "relu", "silu", "tanh", "sigmoid", "exp", "sqrt", "rsqrt", "pow", "erf", ".masked_fill_"}
 
@@ -122,6 +122,16 @@ def rank_of(operand, ix: MethodIndex, depth: int = 0) -> int | None:
                                                        and ix.defs[a.name].op in ("add",)) for a in args):
             return len(args) if len(args) > 1 or isinstance(args[0], Const) else None
         return None
+    if op == "getitem" and len(node.inputs) == 2:
+        index = node.inputs[1]
+        text = index.text if isinstance(index, Sym) else None
+        if text is not None and "None" not in text and all(":" in part or part.strip() == "..." for part in text.split(",")):
+            return rank_of(node.inputs[0], ix, depth + 1)  # slicing keeps the rank
+        return None
+    if op in ("torch.cat", "cat") and node.inputs and isinstance(node.inputs[0], Seq):
+        # torch.cat requires every input to have the same number of dimensions: one known is enough
+        ranks = {rank_of(i, ix, depth + 1) for i in node.inputs[0].items} - {None}
+        return ranks.pop() if len(ranks) == 1 else None
     if op == "matmul":
         ranks = [rank_of(i, ix, depth + 1) for i in node.inputs[:2]]
         return max(ranks) if all(r is not None for r in ranks) else None  # type: ignore[type-var]
@@ -152,3 +162,25 @@ def _last_dim(match: Match, ix: MethodIndex) -> str | None:
 
 
 CHECKS["last_dim"] = _last_dim
+
+
+def _last_two_dims(match: Match, ix: MethodIndex) -> str | None:
+    """The transpose bound as `$kt` swaps the last two dimensions of `$k`: (-2, -1), or (r-2, r-1)
+    where `$k` provably has r dimensions."""
+    node = match.nodes.get("kt")
+    if node is None:
+        return None
+    d0, d1 = node.kwarg("dim0"), node.kwarg("dim1")
+    if not (isinstance(d0, Const) and isinstance(d1, Const) and isinstance(d0.value, int) and isinstance(d1.value, int)):
+        return "the transpose's dimensions are not constants"
+    dims = sorted((d0.value, d1.value))
+    if dims == [-2, -1]:
+        return None
+    rank = rank_of(node.inputs[0], ix) if node.inputs else None
+    if rank is not None and dims == [rank - 2, rank - 1]:
+        return None
+    known = f" of a {rank}-D tensor" if rank is not None else ""
+    return f"transpose({dims[0]}, {dims[1]}){known} is not provably a swap of the last two dimensions"
+
+
+CHECKS["last_two_dims"] = _last_two_dims

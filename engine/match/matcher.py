@@ -27,7 +27,20 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from engine.dsl import canonical as C
-from engine.dsl.ir import ClassModel, Cond, Const, FileModel, LayerDef, Method, Node, Operand, Pos, Seq, Sym, Var
+from engine.dsl.ir import (
+    ClassModel,
+    Cond,
+    Const,
+    FileModel,
+    LayerDef,
+    Method,
+    Node,
+    Operand,
+    Pos,
+    Seq,
+    Sym,
+    Var,
+)
 from engine.match.rule import OpAlt, PArg, Pattern, PStmt, Rule
 
 MAX_ATTEMPTS_PER_ROOT = 2000  # bound on backtracking per root node (reported when hit)
@@ -94,6 +107,7 @@ class Finding:
     locations: list[Pos] = field(default_factory=list)  # every matched node, as written
     related: list[Pos] = field(default_factory=list)  # call sites through which helpers were inlined
     guard_text: str | None = None  # Python condition under which the original code must run
+    checks: list[Pos] = field(default_factory=list)  # shape validations of intermediates the rewrite removes
     match: Match | None = field(default=None, repr=False, compare=False)
 
     def to_json(self) -> dict:

@@ -39,10 +39,10 @@ class PStmt:
     optional: bool = False
     open_kwargs: bool = False  # `...` in the argument list: other keywords allowed
     line: int = 0
-    more: tuple["PStmt", ...] = ()  # further alternative calls: `$n = div($a, $s) | mul($a, $r)`
+    more: tuple[PStmt, ...] = ()  # further alternative calls: `$n = div($a, $s) | mul($a, $r)`
 
     @property
-    def alternatives(self) -> tuple["PStmt", ...]:
+    def alternatives(self) -> tuple[PStmt, ...]:
         return (self, *self.more)
 
     @property
@@ -56,7 +56,7 @@ class PStmt:
         return list(seen)
 
     @property
-    def all_ops(self) -> tuple["OpAlt", ...]:
+    def all_ops(self) -> tuple[OpAlt, ...]:
         return tuple(op for alt in self.alternatives for op in alt.ops)
 
 

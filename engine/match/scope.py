@@ -15,7 +15,11 @@ def _atom(text: str) -> str:
 
 
 def _literal_text(text: str, taken: bool) -> str:
-    return _atom(text) if taken else f"not {_atom(text)}"
+    if taken:
+        return _atom(text)
+    if text.startswith("not ") and _atom(text[4:]) == text[4:]:
+        return text[4:]  # not (not x) is x
+    return f"not {text}" if text.replace("_", "").replace(".", "").isalnum() else f"not ({text})"
 
 
 def _simplify(terms: list[frozenset]) -> list[frozenset]:
@@ -96,6 +100,26 @@ def _reads_metadata_only(node: Node) -> bool:
         and node.inputs[1].value in _METADATA_ATTRS
 
 
+def _shape_check(use: Node, ix: MethodIndex):
+    """The position of an `if` test that only validates a shape and raises, if `use` is such a read."""
+    if not _reads_metadata_only(use) or use.pos is None:
+        return None
+    frontier = list(use.outputs)
+    test_nodes = [use]
+    while frontier:
+        name = frontier.pop()
+        for user in ix.uses.get(name, ()):
+            if user.kind == "op" and (user.op.startswith("compare:") or user.op in ("getitem", "not", "or", "and")):
+                test_nodes.append(user)
+                frontier.extend(user.outputs)
+            else:
+                return None
+    final = test_nodes[-1]
+    # the value only feeds a comparison that nothing reads as data: an `if` test. Synthesis checks
+    # that it is `if <test>: raise ...` and refuses the rewrite otherwise.
+    return final.pos
+
+
 def _compatible(node: Node, conditions: dict[int, bool]) -> bool:
     return all(conditions.get(c.id, c.taken) == c.taken for c in node.guard)
 
@@ -113,7 +137,7 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding:
                 related.append(site)
     finding = Finding(rule.id, "rewritten" if not rule.detect_only else "detected", match.file.path, match.cls.name,
                       match.method.name, first.line, last.end_line, rule.summary, None,
-                      [n.pos for n in nodes if n.pos], related, None, match)
+                      [n.pos for n in nodes if n.pos], related, None, match=match)
 
     def near_miss(reason: str) -> Finding:
         finding.status = "near-miss"
@@ -145,6 +169,12 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding:
                     continue
                 if rule.detect_only and _reads_metadata_only(use):
                     continue  # a shape or dtype read does not stop a detected location
+                check = _shape_check(use, ix)
+                if check is not None:
+                    # `if attn_weights.size() != (...): raise ValueError(...)`: a validation of an
+                    # intermediate that the kernel makes moot; the rewrite removes the check
+                    finding.checks.append(check)
+                    continue
                 needed = dict(implied)
                 for c in use.guard:
                     needed[c.id] = c.taken
@@ -183,7 +213,7 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding:
         if rule.detect_only:
             return finding
         if not rule.guard:
-            return near_miss(f"holds only when not ({finding.guard_text}); this rule has no guarded form")
+            return near_miss(f"the original code would have to be kept when {finding.guard_text}; this rule has no guarded form")
         finding.status = "guarded"
     return finding
 
@@ -263,5 +293,24 @@ def _find_rule(rule: Rule, indexes: list[MethodIndex], near_misses: bool) -> lis
                     continue
                 relaxed_seen.add(key)
                 results.append(analyse(m, ix, [m]))
+    results = _drop_contained(results)
     results.sort(key=lambda f: (f.file, f.line, f.rule_id))
     return results
+
+
+def _drop_contained(results: list[Finding]) -> list[Finding]:
+    """A finding whose locations lie strictly inside another's is the same place seen by a shorter
+    pattern (a norm without its bias add): keep the larger, unless the larger is only a near-miss
+    and the smaller is one a rewrite can use."""
+    keys = [frozenset((p.file, p.line, p.col, p.end_line, p.end_col) for p in f.locations) for f in results]
+    keep = []
+    for i, f in enumerate(results):
+        contained = False
+        for j, other in enumerate(results):
+            if i != j and keys[i] < keys[j]:
+                if other.status != "near-miss" or f.status == "near-miss":
+                    contained = True
+                    break
+        if not contained:
+            keep.append(f)
+    return keep

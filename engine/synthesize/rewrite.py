@@ -186,10 +186,17 @@ class Synthesizer:
         root_stmt = self.statement_at(root.pos)
         root_expr = self.expression_at(root.pos)
 
-        # statements of the other matched nodes: removable when they only compute intermediates
+        # statements of the other matched nodes: removable when they only compute intermediates.
+        # A matched value the template names, and that the code holds in a variable of its own
+        # (`h = h.to(torch.float32)`), stays: the rewrite reads that variable.
+        import re as _re
+
+        named = set(_re.findall(r"\$([A-Za-z_]\w*)", match.rule.rewrite))
+        kept_nodes = {id(n) for key, n in match.nodes.items()
+                      if key in named and n.outputs and not _TEMP.match(n.outputs[0])}
         others: dict[cst.CSTNode, _Located] = {}
         for node in matched:
-            if node.pos is None:
+            if node.pos is None or id(node) in kept_nodes:
                 continue
             located = self.statement_at(node.pos)
             if located.node is not root_stmt.node:
@@ -207,6 +214,8 @@ class Synthesizer:
             new_expr = new_expr.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
         self._check_names(match, root)
 
+        for check in finding.checks:
+            others[self._raising_if(check)] = None  # type: ignore[assignment]
         if finding.status == "guarded":
             return self._guarded(finding, root_stmt, root_expr, new_expr, list(others))
         updated = self.wrapper.module.visit(_Rewriter({root_expr: new_expr}, set(others), None))
@@ -252,6 +261,20 @@ class Synthesizer:
         )
         updated = self.wrapper.module.visit(_Splice(run[0], run[1:], new_if))
         return updated.code
+
+    def _raising_if(self, pos: Pos) -> cst.CSTNode:
+        """The `if <test>: raise ...` statement whose test is at `pos`."""
+        line, col, end_line, end_col = self.char_range(pos)
+        for item in self.index.statements:
+            node = item.node
+            if isinstance(node, cst.If) and node.orelse is None and _contains(item.range, line, col, end_line, end_col):
+                body = node.body.body if isinstance(node.body, cst.IndentedBlock) else ()
+                if body and all(isinstance(s, cst.SimpleStatementLine) and all(isinstance(x, cst.Raise) for x in s.body)
+                                for s in body):
+                    test_range = self.wrapper.resolve(PositionProvider)[node.test]
+                    if _contains(test_range, line, col, end_line, end_col):
+                        return node
+        raise SynthesisError(f"the shape check at line {pos.line} is not an `if ...: raise` statement")
 
     def _climb(self, node: cst.CSTNode, positions: dict[int, int]) -> tuple[cst.CSTNode, None]:
         parents = self.wrapper.resolve(ParentNodeProvider)

@@ -47,8 +47,10 @@ def render_template(template: str, lookup: Callable[[str], str | None]) -> str:
         for alternative in text.split("||"):
             names = _VAR.findall(alternative)
             if all(lookup(n) is not None for n in names):
-                out.append(_fill(alternative.strip(" ") if alternative.strip().startswith(",") else alternative, lookup,
-                                 required=True))
+                alt = alternative.strip()
+                if alt.startswith(","):
+                    alt = ", " + alt[1:].lstrip()
+                out.append(_fill(alt, lookup, required=True))
                 break
     return "".join(out)
 
