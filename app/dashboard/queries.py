@@ -316,9 +316,11 @@ def repository_detail(session: Session, viewer: Viewer, repository_id: int, filt
                                   created_at=_utc(i.created_at))
                for i in session.scalars(select(IgnoredIdentity).where(IgnoredIdentity.repository_id == repository_id)
                                         .order_by(IgnoredIdentity.created_at.desc()))]
-    config_row = session.execute(
-        select(Scan.id, Scan.config).where(Scan.repository_id == repository_id, Scan.config.is_not(None))
-        .order_by(Scan.id.desc()).limit(1)).first()
+    # The JSON column stores a missing config as JSON null on some backends (not SQL NULL): look at
+    # the latest few scans instead of filtering in SQL.
+    config_row = next((row for row in session.execute(
+        select(Scan.id, Scan.config).where(Scan.repository_id == repository_id)
+        .order_by(Scan.id.desc()).limit(20)) if row[1]), None)
     return RepositoryDetail(
         repository=repo, scans=list_scans(session, viewer, filters, page, per_page),
         chart=chart_points(session, repository_id), pull_requests=pulls, ignored=ignored,

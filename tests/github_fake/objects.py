@@ -171,3 +171,20 @@ def commit_comment(api: str, web: str, full_name: str, comment: dict) -> dict:
         "line": None, "path": None, "commit_id": comment["sha"], "body": comment["body"],
         "author_association": "NONE", "created_at": comment["created_at"], "updated_at": comment["created_at"],
     }
+
+
+def installation(api: str, web: str, installation_id: int, account: str, app_id: int, app_slug: str,
+                 account_id: int) -> dict:
+    """``installation`` (as ``GET /user/installations`` lists it)."""
+    stamp = now_iso()
+    return {
+        "id": installation_id, "account": user(api, web, account, account_id, "Organization"),
+        "repository_selection": "selected", "access_tokens_url": f"{api}/app/installations/{installation_id}/access_tokens",
+        "repositories_url": f"{api}/installation/repositories",
+        "html_url": f"{web}/organizations/{account}/settings/installations/{installation_id}",
+        "app_id": app_id, "app_slug": app_slug, "target_id": account_id, "target_type": "Organization",
+        "permissions": {"contents": "write", "pull_requests": "write", "checks": "write", "metadata": "read"},
+        "events": ["push", "pull_request", "issue_comment"], "created_at": stamp, "updated_at": stamp,
+        "single_file_name": None, "has_multiple_single_files": False, "single_file_paths": [],
+        "suspended_by": None, "suspended_at": None,
+    }

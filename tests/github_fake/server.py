@@ -88,6 +88,13 @@ class FakeGitHub:
         self.lock = threading.RLock()
         self._ids = itertools.count(1000)
         self._server: ThreadingHTTPServer | None = None
+        # The OAuth web flow of the App (dashboard sign-in): people, the App's OAuth credentials,
+        # codes handed out by the authorize page, user tokens they were exchanged for.
+        self.users: dict[str, dict] = {}  # login -> {"id", "installations": set of ids}
+        self.oauth_clients: dict[str, str] = {}  # client id -> client secret
+        self.oauth_codes: dict[str, tuple[str, str, str]] = {}  # code -> (login, client id, redirect uri)
+        self.user_tokens: dict[str, str] = {}  # token -> login
+        self.signed_in: str | None = None  # whom the authorize page approves as (the browser's GitHub user)
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -154,6 +161,17 @@ class FakeGitHub:
             sha = self.write_commit(repo, message, tree, [parent] if parent else [], author=author)
             git(repo.path, "update-ref", f"refs/heads/{branch}", sha)
             return sha
+
+    def add_user(self, login: str, installation_ids: list[int], *, user_id: int | None = None) -> None:
+        """A person who can access ``installation_ids`` (what ``GET /user/installations`` lists)."""
+        self.users[login] = {"id": user_id or self.next_id(), "installations": set(installation_ids)}
+
+    def add_oauth_client(self, client_id: str, client_secret: str) -> None:
+        self.oauth_clients[client_id] = client_secret
+
+    def sign_in(self, login: str | None) -> None:
+        """The person signed in to GitHub in the browser: the authorize page approves as them."""
+        self.signed_in = login
 
     def pull(self, full_name: str, number: int) -> dict:
         return next(p for p in self.repos[full_name].pulls if p["number"] == number)
@@ -292,6 +310,8 @@ class _Handler(BaseHTTPRequestHandler):
                 raise HttpError(injected[2], "injected failure", injected[3])
             if path.startswith("/git/"):
                 return self._git_http(method, path)
+            if path.startswith("/login/oauth/"):
+                return self._oauth(method, path)
             if not path.startswith("/api/v3/"):
                 raise HttpError(404, "Not Found")
             route = path.removeprefix("/api/v3")
@@ -373,6 +393,70 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(payload)))
         self.end_headers()
         self.wfile.write(payload)
+
+    # --- OAuth web flow (github.com/login/oauth/...) -----------------------------------------
+
+    def _oauth(self, method: str, path: str) -> None:
+        fake = self.fake
+        if path == "/login/oauth/authorize" and method == "GET":
+            query = {k: v[0] for k, v in parse_qs(urlsplit(self.path).query).items()}
+            client_id, redirect_uri = query.get("client_id"), query.get("redirect_uri", "")
+            if client_id not in fake.oauth_clients:
+                raise HttpError(404, "Not Found")
+            if fake.signed_in not in fake.users:
+                raise HttpError(401, "Sign in to GitHub first")
+            code = secrets.token_hex(10)
+            fake.oauth_codes[code] = (fake.signed_in, client_id, redirect_uri)
+            sep = "&" if "?" in redirect_uri else "?"
+            location = f"{redirect_uri}{sep}code={code}"
+            if "state" in query:
+                location += f"&state={query['state']}"
+            self.send_response(302)
+            self.send_header("Location", location)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return None
+        if path == "/login/oauth/access_token" and method == "POST":
+            length = int(self.headers.get("content-length") or 0)
+            raw = self.rfile.read(length).decode() if length else ""
+            if "json" in self.headers.get("content-type", ""):
+                form = json.loads(raw or "{}")
+            else:
+                form = {k: v[0] for k, v in parse_qs(raw).items()}
+            client_id = form.get("client_id")
+            if client_id not in fake.oauth_clients or fake.oauth_clients[client_id] != form.get("client_secret"):
+                return self._send(200, {"error": "incorrect_client_credentials",
+                                        "error_description": "The client_id and/or client_secret passed are incorrect."})
+            entry = fake.oauth_codes.pop(form.get("code", ""), None)
+            if entry is None or entry[1] != client_id or (form.get("redirect_uri") and form["redirect_uri"] != entry[2]):
+                return self._send(200, {"error": "bad_verification_code",
+                                        "error_description": "The code passed is incorrect or expired."})
+            token = f"ghu_{secrets.token_hex(18)}"
+            fake.user_tokens[token] = entry[0]
+            return self._send(200, {"access_token": token, "token_type": "bearer", "scope": ""})
+        raise HttpError(404, "Not Found")
+
+    def _user_login(self) -> str:
+        scheme, _, token = self.headers.get("authorization", "").partition(" ")
+        login = self.fake.user_tokens.get(token) if scheme.lower() in ("token", "bearer") else None
+        if login is None:
+            raise HttpError(401, "Bad credentials")
+        return login
+
+    def get_user(self):
+        fake, login = self.fake, self._user_login()
+        return 200, O.user(fake.api, fake.web, login, fake.users[login]["id"])
+
+    def user_installations(self):
+        fake, login = self.fake, self._user_login()
+        query = parse_qs(urlsplit(self.path).query)
+        per_page = min(int(query.get("per_page", ["30"])[0]), 100)
+        page = max(int(query.get("page", ["1"])[0]), 1)
+        ids = sorted(i for i in fake.users[login]["installations"] if i in fake.installations)
+        chosen = ids[(page - 1) * per_page: page * per_page]
+        return 200, {"total_count": len(ids), "installations": [
+            O.installation(fake.api, fake.web, i, fake.installations[i]["account"], fake.app_id, fake.app_slug,
+                           1_000_000 + i % 1000) for i in chosen]}
 
     # --- REST handlers (each returns (status, body)) -----------------------------------------
 
@@ -584,6 +668,8 @@ class _Handler(BaseHTTPRequestHandler):
 _R = r"/repos/([^/]+)/([^/]+)"
 ROUTES = [
     (r"/app/installations/(\d+)/access_tokens", "POST", "access_token"),
+    (r"/user", "GET", "get_user"),
+    (r"/user/installations", "GET", "user_installations"),
     (_R, "GET", "get_repo"),
     (_R + r"/branches/(.+)", "GET", "get_branch"),
     (_R + r"/git/ref/(.+)", "GET", "get_ref"),
