@@ -1263,9 +1263,12 @@ class _MethodExtractor:
     # -- calls ---------------------------------------------------------------------------------
 
     def callable_is_layer_or_inlinable(self, func: ast.expr, scope: _Scope) -> bool:
+        """Calls that are nodes even when they read no tracked data: layers, and the construction of
+        optimizers (`torch.optim.AdamW(self.parameters(), lr=self.lr)`), which rules rewrite."""
         if self.layer_target(func, scope) is not None:
             return True
-        return False
+        name = self.fx.imports.qualify(func)
+        return name is not None and name.startswith("torch.optim.")
 
     def call(self, e: ast.Call, scope: _Scope, guard: tuple[Cond, ...]) -> Operand:
         func = e.func

@@ -77,12 +77,25 @@ def _linear_has_bias(match: Match, ix: MethodIndex) -> str | None:
     return None
 
 
+def _not_already_chosen(match: Match, ix: MethodIndex) -> str | None:
+    """The optimizer call does not already choose an implementation (`fused=`, `foreach=`,
+    `capturable=`, `differentiable=`, or a `**kwargs` that may)."""
+    node = match.root
+    for key, _ in node.kwargs:
+        if key in ("fused", "foreach", "capturable", "differentiable"):
+            return f"the call already sets {key}="
+        if key == "**":
+            return "the call passes **kwargs, which may already choose an implementation"
+    return None
+
+
 CHECKS: dict[str, Callable[[Match, MethodIndex], str | None]] = {
     "fill_is_minus_infinity": _fill_is_minus_infinity,
     "same_branch": _same_branch,
     "same_helper": _same_helper,
     "linear_has_bias": _linear_has_bias,
     "helper_named_split_heads": _helper_named_split_heads,
+    "not_already_chosen": _not_already_chosen,
 }
 
 

@@ -590,7 +590,7 @@ def training_methods(cls: ClassModel) -> list[Method]:
     return chosen
 
 
-def iter_indexes(file: FileModel):
+def iter_indexes(file: FileModel, everywhere: bool = False):
     for cls in file.classes:
-        for method in training_methods(cls):
+        for method in (cls.methods if everywhere else training_methods(cls)):
             yield MethodIndex(file, cls, method)

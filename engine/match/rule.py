@@ -100,6 +100,7 @@ class Rule:
     rewrite: str | None = None  # Python expression template with $variables
     guard: bool = False  # may keep the original code on paths where intermediates escape
     ordered: bool = False  # `add`/`mul` operands only in the written order (default: either order)
+    anywhere: bool = False  # match in every method, not only those that run in the training step
     constraints: tuple[str, ...] = ()  # named checks (see engine.match.constraints)
     examples: tuple[Example, ...] = ()
     doc: str = ""

@@ -120,6 +120,9 @@ class _ToRule(Transformer):
     def ordered(self, _):
         return ("ordered", True)
 
+    def anywhere(self, _):
+        return ("anywhere", True)
+
     def where(self, items):
         return ("where", str(items[0]))
 
@@ -208,6 +211,7 @@ def parse_rule(text: str, path: str = "<rule>") -> Rule:
         rewrite=values.get("rewrite"),  # type: ignore[arg-type]
         guard=bool(values.get("guard")),
         ordered=bool(values.get("ordered")),
+        anywhere=bool(values.get("anywhere")),
         constraints=tuple(constraints),
         examples=tuple(examples),
         doc=values.get("doc", ""),  # type: ignore[arg-type]

@@ -259,8 +259,11 @@ def find(files: list[FileModel], rules: list[Rule], *, near_misses: bool = True)
     findings: list[Finding] = []
     for file in files:
         indexes = list(iter_indexes(file))
+        every: list[MethodIndex] | None = None
         for rule in rules:
-            findings.extend(_find_rule(rule, indexes, near_misses))
+            if rule.anywhere and every is None:
+                every = list(iter_indexes(file, everywhere=True))
+            findings.extend(_find_rule(rule, every if rule.anywhere else indexes, near_misses))
     return findings
 
 
