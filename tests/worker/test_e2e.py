@@ -61,8 +61,11 @@ def test_installation_scan_runs_every_state_and_opens_pull_requests(stack, insta
     assert scan["head_sha"] == main_sha
 
     changes = stack.query("SELECT * FROM change_sets WHERE scan_id = :id ORDER BY id", id=installed["scan_id"])
-    assert changes, "the engine proposed nothing for a model with hand-written attention"
-    assert any("sdpa" in c["identity"] for c in changes)
+    assert changes, "the engine proposed nothing for a model with hand-written attention and GELU"
+    applied = {r["rule_id"] for r in stack.query(
+        "SELECT rule_id FROM findings WHERE scan_id = :id AND status IN ('rewritten', 'guarded')",
+        id=installed["scan_id"])}
+    assert {rule for c in changes for rule in c["rule_ids"]} == applied
     pulls = open_pulls(stack)
     assert len(pulls) == len(changes)
     for change in changes:
