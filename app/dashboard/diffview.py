@@ -43,16 +43,16 @@ def render_diff(diff: str | None) -> Markup:
     python = True
     for n, line in enumerate(lines):
         if n >= MAX_DIFF_LINES:
-            out.append(f'<span class="dl ctx">… {len(lines) - n} more lines not shown</span>\n')
+            out.append(f'<span class="dl ctx">… {len(lines) - n} more lines not shown</span>')
             break
         if line.startswith(("+++", "---")):
             python = line.rstrip().endswith(".py")
-            out.append(f'<span class="dl file">{escape(line)}</span>\n')
+            out.append(f'<span class="dl file">{escape(line)}</span>')
         elif line.startswith("@@"):
-            out.append(f'<span class="dl hunk">{escape(line)}</span>\n')
+            out.append(f'<span class="dl hunk">{escape(line)}</span>')
         else:
             kind = {"+": "add", "-": "del"}.get(line[:1], "ctx")
             body = highlight_python(line[1:]) if python else escape(line[1:])
-            out.append(f'<span class="dl {kind}"><span class="mark">{escape(line[:1]) or " "}</span>{body}</span>\n')
+            out.append(f'<span class="dl {kind}"><span class="mark">{escape(line[:1]) or " "}</span>{body}</span>')
     out.append("</code></pre>")
     return Markup("".join(out))
