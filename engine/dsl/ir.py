@@ -284,7 +284,7 @@ def paths(method: Method, bound: int = DEFAULT_PATH_BOUND) -> tuple[list[list[No
         while index < len(conds) and not relevant(conds[index], choice):
             index += 1
         if index == len(conds):
-            results.append(_resolve_phis([n for n in method.nodes if _on(n, choice)], produced))
+            results.append(_resolve_phis([n for n in method.nodes if _on(n, choice)], produced, choice))
             return
         cid = conds[index]
         for taken in (True, False):
@@ -300,14 +300,21 @@ def _on(node: Node, choice: dict[int, bool]) -> bool:
     return all(choice.get(c.id) == c.taken for c in node.guard)
 
 
-def _resolve_phis(nodes: list[Node], produced: set[str]) -> list[Node]:
-    """Drop phi nodes, renaming their outputs to the input defined on this path. A name that no
-    node of the method produces (a parameter) is defined on every path."""
+def _resolve_phis(nodes: list[Node], produced: set[str], choice: dict[int, bool] | None = None) -> list[Node]:
+    """Drop phi nodes, renaming their outputs to the input defined on this path. A phi of a branch
+    (`if=` its condition, inputs: taken, not taken) follows the path's choice for that condition;
+    otherwise a name that no node of the method produces (a parameter) is defined on every path."""
     defined: set[str] = set()
     alias: dict[str, str] = {}
     out: list[Node] = []
     for node in nodes:
         if node.kind == "phi":
+            cond = node.kwarg("if")
+            if choice and isinstance(cond, Const) and cond.value in choice and len(node.inputs) == 2:
+                picked = node.inputs[0 if choice[cond.value] else 1]  # type: ignore[index]
+                if isinstance(picked, Var):
+                    alias[node.outputs[0]] = _canon(picked.name, alias)
+                    continue
             live = [v.name for v in node.inputs if isinstance(v, Var)
                     and (_canon(v.name, alias) in defined or _canon(v.name, alias) not in produced)]
             # the last live definition wins (a branch that ran redefines the value)
