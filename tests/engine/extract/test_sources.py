@@ -411,3 +411,13 @@ def test_mask_add_guard_and_merge():
     assert phi.kind == "phi" and phi.inputs == (Var(add.outputs[0]), Var("scores"))
     test = producer(forward, phi.kwarg("test"))
     assert test.op == "compare:isnot" and test.inputs == (Var("attention_mask"), Const(None))
+
+
+def test_extract_many_in_processes_equals_one_by_one(tmp_path):
+    from engine.extract import extract_file, extract_many
+
+    for i in range(3):
+        (tmp_path / f"m{i}.py").write_text(f"from torch import nn\nclass M{i}(nn.Module):\n"
+                                           f"    def forward(self, x):\n        return x * {i}\n")
+    files = sorted(tmp_path.glob("*.py"))
+    assert extract_many(files, jobs=2) == [extract_file(p) for p in files]
