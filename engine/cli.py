@@ -115,6 +115,7 @@ def scan(
     min_gain: float | None = typer.Option(None, "--min-gain", min=0.0, help="Minimum speed or memory gain for a "
                                           "pull request: 0.05 or 1.05 (default: .adopter.yml's min_gain, else 5%)."),
     report: Path | None = typer.Option(None, "--report", help="Write the pull request body (Markdown) here."),
+    no_history: bool = typer.Option(False, "--no-history", help="Do not record this scan in the local history."),
 ) -> None:
     """Find optimization opportunities, rewrite them, and report; --verify and --bench prove and measure."""
     from engine.scan import RuleSelectionError, scan_path
@@ -168,6 +169,38 @@ def scan(
         for rel, new_text in result.files.items():
             (base / rel).write_text(new_text)
         typer.secho(f"rewrote {len(result.files)} file(s)", err=True)
+    if not no_history:
+        from app.cli_history import record_cli_scan
+
+        record_cli_scan(result, root, rules=rules_spec, include=include, exclude=exclude, outcome=outcome)
+
+
+@app.command()
+def history(
+    limit: int = typer.Option(20, "--limit", min=1, max=100, help="Scans per page."),
+    page: int = typer.Option(1, "--page", min=1),
+    state: str | None = typer.Option(None, "--state", help="Only scans in this state."),
+    rule: str | None = typer.Option(None, "--rule", help="Only scans with a finding of this rule."),
+    repository: str | None = typer.Option(None, "--repo", help="Only scans of this folder."),
+) -> None:
+    """List the scans recorded in the local history (newest first)."""
+    from app.cli_history import print_history
+
+    print_history(limit=limit, page=page, state=state, rule=rule, repository=repository)
+
+
+@app.command()
+def dashboard(
+    host: str = typer.Option("127.0.0.1", "--host", help="A loopback address: 127.0.0.1 or ::1."),
+    port: int = typer.Option(8765, "--port"),
+) -> None:
+    """Serve the dashboard of the local history on this machine (no sign-in; localhost only)."""
+    from app.cli_history import serve_dashboard
+
+    try:
+        serve_dashboard(host=host, port=port)
+    except ValueError as exc:
+        _fail(str(exc))
 
 
 def _parse_shape(spec: str) -> dict:

@@ -9,8 +9,13 @@ from __future__ import annotations
 
 import os
 import secrets
+import tempfile
 
 import pytest
+
+# ``adopter scan`` records each scan in the local history (app/history.py); a test run keeps its
+# scans out of the user's ~/.adopter/history.sqlite.
+os.environ.setdefault("ADOPTER_HISTORY_URL", f"sqlite:///{tempfile.mkdtemp(prefix='adopter-history-')}/history.sqlite")
 
 PG_HOST = os.environ.get("ADOPTER_TEST_PG_HOST", "127.0.0.1")
 REDIS_URL = os.environ.get("ADOPTER_TEST_REDIS_URL", "redis://127.0.0.1:6379/5")

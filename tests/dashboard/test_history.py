@@ -1,0 +1,127 @@
+"""The local history: ``adopter scan`` records, ``adopter history`` lists, ``adopter dashboard`` serves
+the same pages over it, on this machine only."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tests.dashboard.seed import DIFF
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class FakeResult:  # what app.history reads of engine.scan.ScanResult
+    diff: str = DIFF
+    files: dict = field(default_factory=lambda: {"model.py": "new\n"})
+    originals: dict = field(default_factory=lambda: {"model.py": "old\n"})
+
+    def to_json(self) -> dict:
+        return {"files_scanned": 3, "changed_files": ["model.py"], "findings": [
+            {"rule": "sdpa-attention", "status": "rewritten", "file": "model.py", "line": 12, "end_line": 14,
+             "message": "use sdpa", "reason": None, "guard": None},
+            {"rule": "sdpa-attention", "status": "guarded", "file": "b.py", "line": 3, "end_line": 9,
+             "message": "use sdpa", "reason": None, "guard": "output_attentions"},
+            {"rule": "sdpa-attention", "status": "near-miss", "file": "c.py", "line": 7, "end_line": None,
+             "message": "looks like attention", "reason": "softmax over dim 1", "guard": None}]}
+
+
+@pytest.fixture
+def history_url(tmp_path, monkeypatch):
+    url = f"sqlite:///{tmp_path / 'h' / 'history.sqlite'}"
+    monkeypatch.setenv("ADOPTER_HISTORY_URL", url)
+    return url
+
+
+def local_client(url: str, host: str = "127.0.0.1"):
+    from fastapi.testclient import TestClient
+
+    from app.dashboard.local import create_local_app
+
+    return TestClient(create_local_app(url), base_url=f"http://{host}")
+
+
+def test_a_recorded_scan_renders_on_the_same_pages(history_url, tmp_path):
+    from app.history import record_scan
+
+    bench = {"status": "ok", "device": "cpu", "device_name": "cpu (16 threads)", "baseline_step_s": 0.02,
+             "optimized_step_s": 0.0125, "speedup": 1.6, "baseline_peak_bytes": 1000, "optimized_peak_bytes": 600,
+             "versions": {"torch": "2.13.0"}}
+    scan_id = record_scan(FakeResult(), tmp_path, verification={"passed": True, "max_abs_err": 2e-7}, benchmark=bench)
+    client = local_client(history_url)
+    detail = client.get(f"/api/scans/{scan_id}").json()
+    assert detail["scan"]["repository"] == str(tmp_path.resolve()) and detail["scan"]["trigger"] == "cli"
+    assert [e["state"] for e in detail["events"]] == ["queued", "scanning", "verifying", "benchmarking", "done"]
+    assert {f["status"] for f in detail["findings"]} == {"rewritten", "guarded", "near-miss"}
+    assert any(f["reason"] == "original kept when: output_attentions" for f in detail["findings"])
+    result = detail["change_sets"][0]["result"]
+    assert result["verified"] and result["speedup"] == 1.6 and result["memory_reduction"] == pytest.approx(0.4)
+    page = client.get(f"/scans/{scan_id}").text
+    assert "scaled_dot_product_attention" in page and 'class="benchmark"' in page and "1.60×" in page
+    assert "softmax over dim 1" in page
+    # the same folder again: the same repository, two scans
+    second = record_scan(FakeResult(diff=""), tmp_path)
+    repo = client.get(f"/api/scans/{second}").json()["scan"]["repository_id"]
+    assert client.get(f"/api/repositories/{repo}").json()["repository"]["scans"] == 2
+    assert client.get("/").status_code == 200 and "local history" in client.get("/").text
+
+
+def test_the_history_schema_is_the_migrations_head(history_url):
+    from alembic.autogenerate import compare_metadata
+    from alembic.migration import MigrationContext
+    from sqlalchemy import create_engine
+
+    from app.db.models import Base
+    from app.history import ensure_schema
+
+    ensure_schema(history_url)
+    ensure_schema(history_url)  # a second time: nothing to do
+    engine = create_engine(history_url)
+    with engine.connect() as connection:
+        assert MigrationContext.configure(connection).get_current_heads()
+        assert compare_metadata(MigrationContext.configure(connection), Base.metadata) == []
+    engine.dispose()
+
+
+def test_cli_scan_records_unless_told_not_to_and_history_lists_it(history_url, tmp_path):
+    from sqlalchemy import create_engine, func, select
+
+    from app.db.models import Scan
+    from engine.cli import app
+
+    model = tmp_path / "proj"
+    model.mkdir()
+    (model / "model.py").write_text((ROOT / "examples" / "minigpt" / "model.py").read_text()
+                                    if (ROOT / "examples" / "minigpt" / "model.py").exists() else "import torch\n")
+    runner = CliRunner()
+    assert runner.invoke(app, ["scan", str(model), "--no-history"]).exit_code == 0
+    db = Path(history_url.removeprefix("sqlite:///"))
+    assert not db.exists()
+    done = runner.invoke(app, ["scan", str(model)])
+    assert done.exit_code == 0, done.output
+    engine = create_engine(history_url)
+    with engine.connect() as connection:
+        assert connection.scalar(select(func.count(Scan.id))) == 1
+    engine.dispose()
+    listed = runner.invoke(app, ["history", "--limit", "5"], env={"COLUMNS": "200"})
+    assert listed.exit_code == 0 and str(model.resolve()) in listed.output and "1 scan(s)" in listed.output
+    none = runner.invoke(app, ["history", "--state", "failed"], env={"COLUMNS": "200"})
+    assert "0 scan(s)" in none.output
+
+
+def test_local_dashboard_answers_this_machine_only(history_url):
+    from typer.testing import CliRunner
+
+    from app.dashboard.local import serve
+    from engine.cli import app
+
+    assert local_client(history_url).get("/api/me").json()["local"] is True
+    assert local_client(history_url, host="evil.example").get("/").status_code == 403  # DNS rebinding
+    with pytest.raises(ValueError):
+        serve(history_url, host="0.0.0.0")
+    refused = CliRunner().invoke(app, ["dashboard", "--host", "192.168.1.5"])
+    assert refused.exit_code == 2 and "this machine only" in refused.output
