@@ -174,8 +174,12 @@ def _timed(worker: _Worker, steps: int) -> float:
 
 
 def bench(original_root: Path, rewritten: dict[str, str] | Path, target: Target | None = None, *,
-          config: BenchConfig | None = None) -> BenchResult:
-    """Time the training step of the original and the rewritten model; measure their peak memory."""
+          config: BenchConfig | None = None, rewritten_target: Target | None = None) -> BenchResult:
+    """Time the training step of the original and the rewritten model; measure their peak memory.
+
+    ``rewritten_target`` makes the rewritten side build another target from the same tree (it must
+    load the original's state dict), e.g. the same Hugging Face class with another config setting:
+    ``benchmarks/speedup_panel.py`` measures a library's own ``attn_implementation="sdpa"`` that way."""
     config = config or BenchConfig()
     started = time.monotonic()
     root = Path(original_root).resolve()
@@ -202,7 +206,7 @@ def bench(original_root: Path, rewritten: dict[str, str] | Path, target: Target 
                                     work / "original" / "job", state_file, deadline)
         workers.append(baseline)
         ready = baseline.read()  # the original writes the weights the rewritten side loads
-        optimized, _ = _start("rewritten", "rewritten", rewritten_tree, target, shape, config,
+        optimized, _ = _start("rewritten", "rewritten", rewritten_tree, rewritten_target or target, shape, config,
                               work / "rewritten" / "job", state_file, deadline)
         workers.append(optimized)
         optimized.read()

@@ -143,6 +143,10 @@ def _hf_inputs(model, config, batch: int, seq: int, generator) -> dict:
         size = int(getattr(config, "image_size", 32))
         channels = int(getattr(config, "num_channels", 3))
         inputs["pixel_values"] = torch.randn(batch, channels, size, size, generator=generator)
+    elif "input_features" in params:  # speech encoders (Whisper): log-mel frames, two per encoder position
+        frames = 2 * int(getattr(config, "max_source_positions", seq) or seq)
+        mels = int(getattr(config, "num_mel_bins", 80) or 80)
+        inputs["input_features"] = torch.randn(batch, mels, frames, generator=generator)
     else:
         raise TypeError(f"no input recipe for {type(model).__name__}.forward{tuple(params)}")
     if "decoder_input_ids" in params and getattr(config, "is_encoder_decoder", False):

@@ -204,15 +204,26 @@ class Verifier:
         result.duration_s = time.monotonic() - started
         return result
 
-    def candidates(self, candidates: list[Candidate]) -> CandidatesResult:
+    def candidates(self, candidates: list[Candidate], combine=None) -> CandidatesResult:
         """Verify each candidate on its own, drop the failures, then verify the survivors together.
 
         When the combination fails (two rewrites interact) or two candidates' edits conflict, the
         survivors are added one at a time in the given order and each one that breaks the
         combination is dropped too.
+
+        ``combine(ids) -> {path: text}`` builds the rewrite holding several candidates (the scan
+        re-synthesizes it with just those rules, which is exact where a line merge of separately
+        rewritten texts may conflict, e.g. two rules adding imports at the same place); it may raise
+        ``MergeConflict``. By default the candidates' texts are merged line by line.
         """
         root = self.root
         overlays = {c.id: overlay_from(root, c.files) for c in candidates}
+
+        def merged_overlay(ids: list[str]) -> dict[str, str]:
+            if combine is not None:
+                return overlay_from(root, combine(list(ids)))
+            return merge_overlays(root, [overlays[cid] for cid in ids])
+
         per = {c.id: self.check(overlays[c.id]) for c in candidates}
         dropped = {cid: f"{r.status}: {r.message}" for cid, r in per.items() if not r.passed}
         passing = [c.id for c in candidates if per[c.id].passed]
@@ -221,7 +232,7 @@ class Verifier:
         if len(passing) == 1:
             return CandidatesResult(per, passing, dropped, per[passing[0]], overlays[passing[0]])
         try:
-            merged = merge_overlays(root, [overlays[cid] for cid in passing])
+            merged = merged_overlay(passing)
             together = self.check(merged)
             if together.passed:
                 return CandidatesResult(per, passing, dropped, together, merged)
@@ -231,7 +242,7 @@ class Verifier:
         combined, combined_files = per[passing[0]], overlays[passing[0]]
         for cid in passing[1:]:
             try:
-                trial = merge_overlays(root, [overlays[a] for a in [*accepted, cid]])
+                trial = merged_overlay([*accepted, cid])
             except MergeConflict as exc:
                 dropped[cid] = f"conflict: {exc}"
                 continue
@@ -300,8 +311,8 @@ def verify(original_root: Path, rewritten: dict[str, str] | Path, targets: list[
 
 
 def verify_candidates(original_root: Path, candidates: list[Candidate], targets: list[Target] | None = None, *,
-                      config: VerifyConfig | None = None) -> CandidatesResult:
+                      config: VerifyConfig | None = None, combine=None) -> CandidatesResult:
     """Verify each candidate on its own, drop the failures, then verify the survivors together
     (see ``Verifier.candidates``)."""
     with Verifier(original_root, targets, config=config) as verifier:
-        return verifier.candidates(candidates)
+        return verifier.candidates(candidates, combine=combine)
