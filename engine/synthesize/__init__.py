@@ -30,25 +30,37 @@ def apply_findings(text: str, findings: list[Finding]) -> str:
         return text
     rules = list({id(f.match.rule): f.match.rule for f in todo}.values())  # type: ignore[union-attr]
     file = todo[0].match.file  # type: ignore[union-attr]
+    original = text
+    applied_rules: dict[str, object] = {}
     failed: dict[tuple, str] = {}
-    applied: set[tuple] = set()
     current = todo
     for _ in range(MAX_REWRITES_PER_FILE):
-        candidates = [f for f in current if f.status in REWRITABLE and _identity(f) not in failed]
+        candidates = sorted((f for f in current if f.status in REWRITABLE and _identity(f) not in failed),
+                            key=lambda f: (f.line, f.end_line), reverse=True)
         if not candidates:
             break
-        finding = max(candidates, key=lambda f: (f.line, f.end_line))
-        try:
-            new_text = Synthesizer(text).rewrite(finding)
-            new_text = add_imports(new_text, list(finding.match.rule.imports))  # type: ignore[union-attr]
-            compile(new_text, file.path, "exec")
-        except (SynthesisError, TemplateError, SyntaxError) as exc:
-            failed[_identity(finding)] = str(exc)
-            continue
-        applied.add(_identity(finding))
-        text = new_text
+        # Bottom-up: an edit never moves the lines above it, so every finding that ends above the
+        # last edit can be applied to the edited text without matching again.
+        edited_from = None
+        for finding in candidates:
+            if edited_from is not None and finding.end_line >= edited_from:
+                continue  # overlaps an edit made in this round: matched again in the next one
+            try:
+                new_text = Synthesizer(text).rewrite(finding)
+                compile(new_text, file.path, "exec")
+            except (SynthesisError, TemplateError, SyntaxError) as exc:
+                failed[_identity(finding)] = str(exc)
+                continue
+            text = new_text
+            edited_from = finding.line
+            applied_rules[finding.rule_id] = finding.match.rule  # type: ignore[union-attr]
+        if edited_from is None:
+            break
         fm = extract_source(text, file.path, file.module)
         current = find([fm], rules, near_misses=False)
+    if text != original:
+        imports = [line for rule in applied_rules.values() for line in rule.imports]  # type: ignore[attr-defined]
+        text = add_imports(text, list(dict.fromkeys(imports)))
     for f in findings:
         reason = failed.get(_identity(f))
         if reason is not None:
