@@ -171,12 +171,21 @@ def _benchmark(b: Benchmark | None) -> list[str]:
         return lines + ["Not benchmarked.", ""]
     if not b.ok:
         return lines + [f"The benchmark did not complete: {_cell(b.message)}", ""]
-    ratio = f"{b.speedup:.2f}x faster" if b.speedup else "n/a"
+    if not b.speedup:
+        ratio = "n/a"
+    elif b.speedup >= 1:
+        ratio = f"{b.speedup:.2f}x faster"
+    else:  # "0.76x faster" would read as a gain
+        ratio = f"{1 / b.speedup:.2f}x slower"
     lines += ["| | Before | After | Ratio |", "|---|---|---|---|",
               f"| Median step time | {_seconds(b.baseline_step_s)} | {_seconds(b.optimized_step_s)} | {ratio} |"]
     if b.baseline_peak_bytes is not None:
-        mem_ratio = (f"{b.baseline_peak_bytes / b.optimized_peak_bytes:.2f}x less" if b.optimized_peak_bytes
-                     else "n/a")
+        if not b.optimized_peak_bytes or not b.baseline_peak_bytes:
+            mem_ratio = "n/a"
+        elif b.optimized_peak_bytes <= b.baseline_peak_bytes:
+            mem_ratio = f"{b.baseline_peak_bytes / b.optimized_peak_bytes:.2f}x less"
+        else:
+            mem_ratio = f"{b.optimized_peak_bytes / b.baseline_peak_bytes:.2f}x more"
         lines.append(f"| Peak memory | {_mib(b.baseline_peak_bytes)} | {_mib(b.optimized_peak_bytes)} | {mem_ratio} |")
     lines.append("")
     details = [f"device {_code(b.device_name or b.device or 'cpu')}", f"dtype {_code(b.dtype or 'float32')}"]

@@ -117,3 +117,15 @@ def test_huge_reports_stay_under_the_limit_and_keep_their_tail():
     small = render(report, limit=4000)  # smaller than 20 sites: the middle of the body is cut
     assert utf16_len(small) <= 4000 and "@adopter rescan" in small and "cut to stay under" in small
     assert small.count("```") % 2 == 0
+
+
+def test_a_slower_or_larger_rewrite_is_not_called_faster_or_smaller():
+    body = render_pr_body({
+        "sites": [{"rule_id": "sdpa-attention", "path": "m.py", "line": 3}],
+        "verification": {"status": "passed", "max_abs_err": 1e-7, "cases": []},
+        "bench": {"status": "ok", "baseline_step_s": 0.8, "optimized_step_s": 1.0, "speedup": 0.8,
+                  "baseline_peak_bytes": 2**29, "optimized_peak_bytes": 2**30},
+    })
+    assert "| Median step time | 800.0 ms | 1.000 s | 1.25x slower |" in body
+    assert "| Peak memory | 512.0 MiB | 1024.0 MiB | 2.00x more |" in body
+    assert "faster" not in body.split("### Benchmark")[1].split("### Environment")[0]
