@@ -521,8 +521,16 @@ def sinks(pattern: Pattern) -> list[tuple[int, PStmt]]:
     """Statements whose output no later statement reads: the root (last) and any others. Each other
     sink is matched on its own, sharing the bindings (a pattern may end in several values, like
     three projections)."""
+    cached = _SINKS.get(id(pattern))
+    if cached is not None and cached[0] is pattern:
+        return cached[1]
     consumed = {v for s in pattern.stmts for v in s.data_args}
-    return [(i, s) for i, s in enumerate(pattern.stmts) if not s.out or s.out not in consumed]
+    found = [(i, s) for i, s in enumerate(pattern.stmts) if not s.out or s.out not in consumed]
+    _SINKS[id(pattern)] = (pattern, found)  # holding the pattern keeps its id from being reused
+    return found
+
+
+_SINKS: dict[int, tuple[Pattern, list[tuple[int, PStmt]]]] = {}  # per pattern: computed once, read per method
 
 
 def match_method(rule: Rule, index: MethodIndex, relaxed: bool = False) -> list[Match]:
