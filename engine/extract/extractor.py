@@ -1140,6 +1140,10 @@ class _MethodExtractor:
             return _sym(f"self.{e.attr}")  # a parameter or buffer: a value, not a computation
         obj = self.expr(e.value, scope, guard)
         out = self.emit("op", "getattr", (obj, _const(e.attr)), (), guard, e)
+        if e.attr == "shape":
+            self.kinds[out[0]] = "shape"  # x.shape[-1] is a number
+        elif e.attr == "ndim":
+            self.kinds[out[0]] = "scalar"
         return _var(out[0])
 
     def subscript_expr(self, e: ast.Subscript, scope: _Scope, guard: tuple[Cond, ...]) -> Operand:
