@@ -44,3 +44,21 @@ def test_bfloat16_tolerance_is_wider():
     b = a + 5e-3 * a.abs().max() * torch.randn(256).clamp(-1, 1)
     assert not check_tensor("t", a, b, "float32").passed
     assert check_tensor("t", a, b, "bfloat16").passed
+
+
+def test_a_gradient_zero_in_exact_arithmetic_compares_against_its_kind():
+    """The key-bias gradient under softmax is zero in exact arithmetic: float32 gives noise on both
+    sides (ViT's SDPA rewrite was dropped over 5.6e-8 vs 1.2e-8 of noise); real gradients set the scale."""
+    big = torch.randn(256, dtype=torch.float64)
+    ref64 = {"grad/param.w": big, "grad/param.key.bias": torch.zeros(16, dtype=torch.float64)}
+    original = {"grad/param.w": big.float(), "grad/param.key.bias": 1e-8 * torch.randn(16)}
+    rewritten = {"grad/param.w": big.float(), "grad/param.key.bias": 5e-8 * torch.randn(16)}
+    checks = {c.key: c for c in check_run(original, rewritten, "float32", ref64)}
+    assert checks["grad/param.key.bias"].passed and checks["grad/param.key.bias"].criterion == "zero in exact arithmetic"
+    assert not check_run(original, rewritten, "float32", None)[0].passed  # without float64 there is no proof
+    # a tensor that is not zero in exact arithmetic gets no such allowance, however small its error
+    ref64["grad/param.key.bias"] = torch.full((16,), 1e-3, dtype=torch.float64)
+    original["grad/param.key.bias"] = ref64["grad/param.key.bias"].float()
+    rewritten["grad/param.key.bias"] = 2 * original["grad/param.key.bias"]
+    checks = {c.key: c for c in check_run(original, rewritten, "float32", ref64)}
+    assert not checks["grad/param.key.bias"].passed
