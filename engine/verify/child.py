@@ -114,6 +114,14 @@ def _hf_config(config_class, size: str, seq_len: int, overrides: dict, no_dropou
         for name in names:
             if hasattr(config, name) and getattr(config, name) is not None:
                 setattr(config, name, spec[group])
+    vocab = getattr(config, "vocab_size", None)
+    if isinstance(vocab, int):  # special tokens of a large default vocabulary (Whisper's pad 50257) must fit
+        names = ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id", "sep_token_id",
+                 "cls_token_id", "unk_token_id", "mask_token_id")
+        for offset, name in enumerate(names, start=1):  # distinct ids at the top of the small vocabulary
+            value = getattr(config, name, None)
+            if isinstance(value, int) and value >= vocab:
+                setattr(config, name, vocab - offset)
     if hasattr(config, "d_kv"):  # T5-style: per-head width is its own setting
         config.d_kv = spec["hidden"] // spec["heads"]
     for name in ("max_position_embeddings", "n_positions", "max_target_positions", "max_source_positions"):
