@@ -195,6 +195,9 @@ def _literal_equal(expected: object, operand: Operand) -> bool:
 def _same(a: Operand, b: Operand) -> bool:
     if isinstance(a, Var) and isinstance(b, Var):
         return a.name == b.name
+    if isinstance(a, Seq) and isinstance(b, Seq):
+        return a.kind == b.kind and len(a.items) == len(b.items) and all(
+            _same(x, y) for x, y in zip(a.items, b.items, strict=True))
     if isinstance(a, (Const, Sym)) and type(a) is type(b):
         return a == b
     return False
@@ -464,12 +467,7 @@ class _Matcher:
                 yield from self.resolve(stmt.data_args[0], operand, state)
             return
         for producer, s in self.producers(operand, state):
-            yielded = False
-            for result in self.match_stmt(index, stmt, producer, s):
-                yielded = True
-                yield result
-            if stmt.optional and not yielded:
-                pass
+            yield from self.match_stmt(index, stmt, producer, s)
         if stmt.optional:
             # the optional statement is absent: its output is its first data input
             s = state.copy()
@@ -486,9 +484,6 @@ class _Matcher:
         depth = 0
         while node is not None and node.kind == "op" and node.op == "assign" and len(node.inputs) == 1 \
                 and isinstance(node.inputs[0], Var) and depth < 20:
-            s_guard_ok = True
-            if not s_guard_ok:
-                return
             node = self.ix.defs.get(node.inputs[0].name)
             depth += 1
         if node is None:
@@ -534,6 +529,8 @@ _SINKS: dict[int, tuple[Pattern, list[tuple[int, PStmt]]]] = {}  # per pattern: 
 
 
 def match_method(rule: Rule, index: MethodIndex, relaxed: bool = False) -> list[Match]:
+    """All matches of `rule` in one method. With `relaxed`, structures that differ from a pattern
+    only in constants are returned too (their `relaxed` lists the differences), in the same search."""
     out: list[Match] = []
     for pattern in rule.patterns:
         out.extend(match_pattern(rule, pattern, index, relaxed))
@@ -560,12 +557,10 @@ def match_pattern(rule: Rule, pattern: Pattern, index: MethodIndex, relaxed: boo
         matcher.attempts = 0
         for first in matcher.match_stmt(root_index, root, node, _State()):
             for state in complete(first, 0):
-                if relaxed and not state.relaxed:
-                    continue
                 out.append(Match(rule, index.file, index.cls, index.method, node, state.nodes, state.bindings,
                                  state.conds, index.cond_text, tuple(state.skipped), tuple(state.relaxed), pattern))
-                if extra:
-                    break  # one completion per root is enough
+                if extra and not state.relaxed:
+                    break  # one exact completion per root is enough
     return out
 
 

@@ -41,23 +41,21 @@ class PStmt:
     line: int = 0
     more: tuple[PStmt, ...] = ()  # further alternative calls: `$n = div($a, $s) | mul($a, $r)`
 
-    @property
-    def alternatives(self) -> tuple[PStmt, ...]:
-        return (self, *self.more)
+    # derived once (the matcher reads them for every node it tries)
+    alternatives: tuple[PStmt, ...] = field(init=False, compare=False, repr=False)
+    data_args: list[str] = field(init=False, compare=False, repr=False)
+    all_ops: tuple[OpAlt, ...] = field(init=False, compare=False, repr=False)
 
-    @property
-    def data_args(self) -> list[str]:
-        """`$variables` read by any alternative, first alternative's first."""
-        seen: dict[str, None] = {}
-        for alt in self.alternatives:
+    def __post_init__(self) -> None:
+        alternatives = (self, *self.more)
+        seen: dict[str, None] = {}  # `$variables` read by any alternative, first alternative's first
+        for alt in alternatives:
             for a in alt.args:
                 if a.kind == "var":
                     seen.setdefault(a.value, None)  # type: ignore[arg-type]
-        return list(seen)
-
-    @property
-    def all_ops(self) -> tuple[OpAlt, ...]:
-        return tuple(op for alt in self.alternatives for op in alt.ops)
+        object.__setattr__(self, "alternatives", alternatives)
+        object.__setattr__(self, "data_args", list(seen))
+        object.__setattr__(self, "all_ops", tuple(op for alt in alternatives for op in alt.ops))
 
 
 @dataclass(frozen=True)

@@ -230,6 +230,18 @@ def _check_pattern(pattern: tuple[PStmt, ...], path: str) -> None:
                     raise RuleSyntaxError(f"{path}:{stmt.line}: ${var} is used before the statement that defines it")
         if stmt.optional and not stmt.data_args:
             raise RuleSyntaxError(f"{path}:{stmt.line}: an optional statement needs a data input to stand for it")
+    from engine.dsl import canonical
+
+    for stmt in pattern:
+        for call in stmt.alternatives:
+            for alt in call.ops:
+                if alt.kind == "op" and alt.name in canonical.SIGNATURES:
+                    arity = canonical.TENSOR_ARITY.get(alt.name, 1)
+                    names = canonical.SIGNATURES[alt.name]
+                    if len(call.args) > arity and names:
+                        raise RuleSyntaxError(
+                            f"{path}:{stmt.line}: `{alt.name}` takes its parameters as keywords after extraction "
+                            f"(write {alt.name}(..., {names[0]}=...)); a positional one would never match")
     if pattern[-1].optional:
         raise RuleSyntaxError(f"{path}: the root (last) statement cannot be optional")
 

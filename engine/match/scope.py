@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engine.dsl.ir import Cond, Const, FileModel, Node, Sym, Var
+from engine.dsl.ir import Cond, Const, FileModel, Node, Pos, Sym, Var
 from engine.match import constraints
 from engine.match.matcher import Finding, Match, MethodIndex, iter_indexes, match_method
 from engine.match.rule import Rule
@@ -128,8 +128,9 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding:
     rule = match.rule
     nodes = match.matched_nodes
     matched_ids = {id(n) for n in nodes}
-    first = min((n.pos for n in nodes if n.pos), key=lambda p: (p.line, p.col))
-    last = max((n.pos for n in nodes if n.pos), key=lambda p: (p.end_line, p.end_col))
+    placed = [n.pos for n in nodes if n.pos is not None] or [match.method.pos or Pos(match.file.path, 0, 0, 0, 0)]
+    first = min(placed, key=lambda p: (p.line, p.col))
+    last = max(placed, key=lambda p: (p.end_line, p.end_col))
     related = []
     for n in nodes:
         for site in n.via:
@@ -269,11 +270,15 @@ def find(files: list[FileModel], rules: list[Rule], *, near_misses: bool = True)
 
 def _find_rule(rule: Rule, indexes: list[MethodIndex], near_misses: bool) -> list[Finding]:
     chosen: dict[frozenset, tuple[Match, MethodIndex, list[Match]]] = {}
+    loose: list[tuple[Match, MethodIndex]] = []
     for ix in indexes:
-        matches = match_method(rule, ix)
+        matches = match_method(rule, ix, relaxed=near_misses)
         by_root: dict[int, list[Match]] = {}
         for m in matches:
-            by_root.setdefault(id(m.root), []).append(m)
+            if m.relaxed:
+                loose.append((m, ix))
+            else:
+                by_root.setdefault(id(m.root), []).append(m)
         for group in by_root.values():
             # the fullest match (most nodes) of a root is the one to rewrite
             best = max(group, key=lambda m: (m.pattern is None or m.pattern.near_miss is None, len(m.nodes),
@@ -284,18 +289,16 @@ def _find_rule(rule: Rule, indexes: list[MethodIndex], near_misses: bool) -> lis
             # helper's own (fewer inlining steps)
             if previous is None or len(best.root.via) < len(previous[0].root.via):
                 chosen[key] = (best, ix, group)
-    # an overlapping larger match wins over a smaller one inside it (e.g. inlined twice)
     results = [analyse(m, ix, group) for m, ix, group in chosen.values()]
-    if near_misses:
-        strict_positions = {p for key in chosen for p in key}  # (position, target) pairs
-        relaxed_seen: set[frozenset] = set()
-        for ix in indexes:
-            for m in match_method(rule, ix, relaxed=True):
-                key = m.location_key
-                if key in relaxed_seen or key & strict_positions:
-                    continue
-                relaxed_seen.add(key)
-                results.append(analyse(m, ix, [m]))
+    # structures that differ only in a constant, where nothing matched exactly: near-misses
+    strict_positions = {p for key in chosen for p in key}  # (position, target) pairs
+    relaxed_seen: set[frozenset] = set()
+    for m, ix in loose:
+        key = m.location_key
+        if key in relaxed_seen or key & strict_positions:
+            continue
+        relaxed_seen.add(key)
+        results.append(analyse(m, ix, [m]))
     results = _drop_contained(results)
     results.sort(key=lambda f: (f.file, f.line, f.rule_id))
     return results
