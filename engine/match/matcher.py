@@ -229,25 +229,56 @@ class MethodIndex:
         self.cls = cls
         self.method = method
         self.defs: dict[str, Node] = {}
-        self.uses: dict[str, list[Node]] = {}
         self.by_op: dict[str, list[Node]] = {}
         self.by_target: dict[str, list[Node]] = {}
         self.cond_text: dict[int, str] = {}
+        self._uses: dict[str, list[Node]] | None = None
+        self._phis: dict[int, Node] | None = None
+        self._candidates: dict[tuple, list[Node]] = {}
+        defs, by_op, cond_text = self.defs, self.by_op, self.cond_text
         for node in method.nodes:
             for name in node.outputs:
-                self.defs[name] = node
-            for name in node.data_inputs:
-                self.uses.setdefault(name, []).append(node)
-            self.by_op.setdefault(node.op, []).append(node)
-            if node.kind == "op" and node.target is not None:
+                defs[name] = node
+            by_op.setdefault(node.op, []).append(node)
+            if node.target is not None and node.kind == "op":
                 self.by_target.setdefault(node.target, []).append(node)
             for cond in node.guard:
-                self.cond_text.setdefault(cond.id, cond.text)
-        self.layers: dict[str, LayerDef] = {}
-        for layer in cls.layers:
-            self.layers.setdefault(layer.attr, layer)
-            for item in layer.items:
-                self.layers.setdefault(item.attr, item)
+                if cond.id not in cond_text:
+                    cond_text[cond.id] = cond.text
+        self._layers: dict[str, LayerDef] | None = None
+
+    @property
+    def uses(self) -> dict[str, list[Node]]:
+        """SSA name -> the nodes reading it (built on first use: only scope analysis needs it)."""
+        if self._uses is None:
+            uses: dict[str, list[Node]] = {}
+            for node in self.method.nodes:
+                for name in node.data_inputs:
+                    uses.setdefault(name, []).append(node)
+            self._uses = uses
+        return self._uses
+
+    def phi_of(self, cid: int) -> Node | None:
+        """The merge node of branch condition `cid`."""
+        if self._phis is None:
+            self._phis = {}
+            for node in self.method.nodes:
+                if node.kind == "phi":
+                    marker = node.kwarg("if")
+                    if isinstance(marker, Const) and isinstance(marker.value, int):
+                        self._phis.setdefault(marker.value, node)
+        return self._phis.get(cid)
+
+    @property
+    def layers(self) -> dict[str, LayerDef]:
+        if self._layers is None:
+            layers: dict[str, LayerDef] = {}
+            for layer in self.cls.layers:
+                layers.setdefault(layer.attr, layer)
+                for item in layer.items:
+                    layers.setdefault(item.attr, item)
+            self._layers = layers
+        return self._layers
 
     def layer_for(self, node: Node) -> LayerDef | None:
         if node.target is None:
@@ -259,6 +290,12 @@ class MethodIndex:
         return found
 
     def candidates(self, alts: tuple[OpAlt, ...]) -> list[Node]:
+        cached = self._candidates.get(alts)
+        if cached is None:
+            cached = self._candidates[alts] = self._find_candidates(alts)
+        return cached
+
+    def _find_candidates(self, alts: tuple[OpAlt, ...]) -> list[Node]:
         out: list[Node] = []
         for alt in alts:
             if alt.kind == "op":
@@ -316,7 +353,7 @@ class _Matcher:
         self.pattern = pattern
         self.ix = index
         self.relaxed = relaxed
-        self.definer = {s.out: (i, s) for i, s in enumerate(pattern.stmts) if s.out}
+        self.definer = pattern.definers
         self.attempts = 0
 
     # -- conditions ------------------------------------------------------------------------
@@ -538,6 +575,9 @@ def match_method(rule: Rule, index: MethodIndex, relaxed: bool = False) -> list[
 
 
 def match_pattern(rule: Rule, pattern: Pattern, index: MethodIndex, relaxed: bool = False) -> list[Match]:
+    roots = index.candidates(pattern.root.all_ops)
+    if not roots:
+        return []
     matcher = _Matcher(rule, pattern, index, relaxed)
     root_index = len(pattern.stmts) - 1
     root = pattern.root
@@ -553,7 +593,7 @@ def match_pattern(rule: Rule, pattern: Pattern, index: MethodIndex, relaxed: boo
             for s in matcher.match_stmt(i, stmt, node, state):
                 yield from complete(s, k + 1)
 
-    for node in index.candidates(root.all_ops):
+    for node in roots:
         matcher.attempts = 0
         for first in matcher.match_stmt(root_index, root, node, _State()):
             for state in complete(first, 0):

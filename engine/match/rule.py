@@ -74,6 +74,10 @@ class Pattern:
 
     stmts: tuple[PStmt, ...]
     near_miss: str | None = None
+    definers: dict = field(init=False, compare=False, repr=False)  # output var -> (index, statement)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "definers", {st.out: (i, st) for i, st in enumerate(self.stmts) if st.out})
 
     @property
     def root(self) -> PStmt:

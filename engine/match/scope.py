@@ -233,7 +233,7 @@ def _covered(match: Match, cid: int, taken: bool, siblings: list[Match], ix: Met
         if not other.skipped and not match.skipped:
             continue
         # the test must be `V is not None` / `V is None` on a variable bound by the match
-        phi = next((n for n in ix.method.nodes if n.kind == "phi" and n.kwarg("if") == Const(cid)), None)
+        phi = ix.phi_of(cid)
         test = phi.kwarg("test") if phi is not None else None
         if not isinstance(test, Var):
             # a test on no tracked data: `if self.bias is not None:` with `self.bias` bound
