@@ -51,8 +51,8 @@ def test_a_gradient_zero_in_exact_arithmetic_compares_against_its_kind():
     sides (ViT's SDPA rewrite was dropped over 5.6e-8 vs 1.2e-8 of noise); real gradients set the scale."""
     big = torch.randn(256, dtype=torch.float64)
     ref64 = {"grad/param.w": big, "grad/param.key.bias": torch.zeros(16, dtype=torch.float64)}
-    original = {"grad/param.w": big.float(), "grad/param.key.bias": 1e-8 * torch.randn(16)}
-    rewritten = {"grad/param.w": big.float(), "grad/param.key.bias": 5e-8 * torch.randn(16)}
+    original = {"grad/param.w": big.float(), "grad/param.key.bias": torch.full((16,), 1e-8)}
+    rewritten = {"grad/param.w": big.float(), "grad/param.key.bias": torch.full((16,), -5e-8)}  # 5x the noise
     checks = {c.key: c for c in check_run(original, rewritten, "float32", ref64)}
     assert checks["grad/param.key.bias"].passed and checks["grad/param.key.bias"].criterion == "zero in exact arithmetic"
     assert not check_run(original, rewritten, "float32", None)[0].passed  # without float64 there is no proof
