@@ -21,6 +21,13 @@ def _identity(f: Finding) -> tuple:
     return (f.rule_id, f.cls, f.method, f.line)
 
 
+def _span(finding: Finding) -> tuple[int, int]:
+    """The lines a rewrite of `finding` reads or edits: its matched nodes and removed checks (the
+    enclosing statements are found from these)."""
+    places = [*finding.locations, *finding.checks]
+    return min(p.line for p in places), max(p.end_line for p in places)
+
+
 def apply_findings(text: str, findings: list[Finding]) -> str:
     from engine.extract import extract_source
     from engine.match import find
@@ -46,7 +53,7 @@ def apply_findings(text: str, findings: list[Finding]) -> str:
             if edited_from is not None and finding.end_line >= edited_from:
                 continue  # overlaps an edit made in this round: matched again in the next one
             try:
-                new_text = Synthesizer(text).rewrite(finding)
+                new_text = Synthesizer(text, _span(finding)).rewrite(finding)
                 compile(new_text, file.path, "exec")
             except (SynthesisError, TemplateError, SyntaxError) as exc:
                 failed[_identity(finding)] = str(exc)

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 
 import libcst as cst
-from libcst.metadata import CodeRange, MetadataWrapper, ParentNodeProvider, PositionProvider
+from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
 from engine.dsl.ir import Const, Node, Operand, Pos, Seq, Sym, Var
 from engine.match.matcher import Finding, Match
@@ -45,18 +45,31 @@ def _char_col(line_text: str, byte_col: int) -> int:
 class _Index(cst.CSTVisitor):
     """Every expression and statement with its position."""
 
-    METADATA_DEPENDENCIES = (PositionProvider, ParentNodeProvider)
+    METADATA_DEPENDENCIES = (PositionProvider,)
 
-    def __init__(self) -> None:
+    def __init__(self, lines: tuple[int, int] | None = None) -> None:
         self.expressions: list[_Located] = []
         self.statements: list[_Located] = []
+        self.lines = lines  # only statements overlapping these lines are indexed (big files)
+        self.parents: dict[int, cst.CSTNode] = {}  # id(node) -> parent, for the indexed region
+        self._stack: list[cst.CSTNode] = []
 
     def on_visit(self, node: cst.CSTNode) -> bool:
+        # libcst calls on_leave for every node on_visit saw, pruned or not: keep the stack in step
+        if self._stack:
+            self.parents[id(node)] = self._stack[-1]
+        self._stack.append(node)
         if isinstance(node, cst.BaseExpression):
             self.expressions.append(_Located(node, self.get_metadata(PositionProvider, node)))
         elif isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
-            self.statements.append(_Located(node, self.get_metadata(PositionProvider, node)))
+            where = self.get_metadata(PositionProvider, node)
+            if self.lines is not None and (where.end.line < self.lines[0] or where.start.line > self.lines[1]):
+                return False
+            self.statements.append(_Located(node, where))
         return True
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        self._stack.pop()
 
 
 def _contains(outer: CodeRange, line: int, col: int, end_line: int, end_col: int) -> bool:
@@ -114,12 +127,12 @@ def _python_name(ssa: str) -> str:
 
 
 class Synthesizer:
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, lines: tuple[int, int] | None = None) -> None:
         self.text = text
         self.lines = text.splitlines(keepends=True)
         self.module = cst.parse_module(text)
         self.wrapper = MetadataWrapper(self.module, unsafe_skip_copy=True)
-        self.index = _Index()
+        self.index = _Index(lines)
         self.wrapper.visit(self.index)
 
     # -- locating -----------------------------------------------------------------------------
@@ -160,10 +173,10 @@ class Synthesizer:
 
     def block_of(self, node: cst.CSTNode) -> tuple[cst.CSTNode, list[cst.CSTNode]]:
         """The statement list (module or indented block) that holds `node` directly."""
-        parents = self.wrapper.resolve(ParentNodeProvider)
+        parents = self.index.parents
         current = node
         while True:
-            parent = parents.get(current)
+            parent = parents.get(id(current))
             if parent is None:
                 raise SynthesisError("statement has no enclosing block")
             if isinstance(parent, (cst.IndentedBlock, cst.Module)):
@@ -277,10 +290,10 @@ class Synthesizer:
         raise SynthesisError(f"the shape check at line {pos.line} is not an `if ...: raise` statement")
 
     def _climb(self, node: cst.CSTNode, positions: dict[int, int]) -> tuple[cst.CSTNode, None]:
-        parents = self.wrapper.resolve(ParentNodeProvider)
-        current = parents.get(node)
+        parents = self.index.parents
+        current = parents.get(id(node))
         while current is not None and id(current) not in positions:
-            current = parents.get(current)
+            current = parents.get(id(current))
         if current is None:
             raise SynthesisError("the match spans blocks that cannot be guarded together")
         return current, None
