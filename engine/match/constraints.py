@@ -127,6 +127,12 @@ def rank_of(operand, ix: MethodIndex, depth: int = 0) -> int | None:
         return None
     if op in (".view", ".reshape", ".permute", "torch.reshape"):
         args = node.inputs[1:]
+        if len(args) == 1 and isinstance(args[0], Var):
+            # `.view(*shape)` / `.view(shape)` with `shape = (a, b, c)` assigned just before
+            shape = ix.defs.get(args[0].name)
+            if shape is not None and shape.op == "assign" and shape.inputs and isinstance(shape.inputs[0], Seq):
+                return len(shape.inputs[0].items)
+            return None
         if len(args) == 1 and isinstance(args[0], Seq):
             return len(args[0].items)
         if len(args) == 1 and isinstance(args[0], Const) and isinstance(args[0].value, tuple):
