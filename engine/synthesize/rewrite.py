@@ -83,28 +83,49 @@ def _size(r: CodeRange) -> tuple[int, int]:
 
 
 class _Rewriter(cst.CSTTransformer):
+    """Replaces the root expression and removes statements. A removed statement's comment lines
+    move to the next statement that stays, so the code's explanations survive the edit."""
+
     def __init__(self, replace: dict[cst.CSTNode, cst.CSTNode], remove: set[cst.CSTNode],
                  guarded: tuple[cst.CSTNode, list[cst.CSTNode], cst.If] | None) -> None:
         self.replace = replace
         self.remove = remove
         self.guarded = guarded  # (block owner statement list anchor, range statements, new If)
+        self.dropped: set[int] = set()  # ids of updated statements to take out of their block
 
     def on_leave(self, original: cst.CSTNode, updated: cst.CSTNode):  # type: ignore[override]
         if original in self.replace:
             return self.replace[original]
         if original in self.remove:
-            return cst.RemoveFromParent()
+            self.dropped.add(id(updated))
+            return updated
+        if isinstance(updated, (cst.IndentedBlock, cst.Module)):
+            return updated.with_changes(body=self._filter(updated.body))
         if isinstance(updated, cst.If) and isinstance(original, cst.If):
             body = updated.body
             if isinstance(body, cst.IndentedBlock) and not body.body:
                 if updated.orelse is None:
-                    return cst.RemoveFromParent()
+                    self.dropped.add(id(updated))
+                    return updated
                 return updated.with_changes(body=body.with_changes(body=[cst.SimpleStatementLine([cst.Pass()])]))
         body = getattr(updated, "body", None)
         if isinstance(body, cst.IndentedBlock) and not body.body and not isinstance(updated, cst.If):
             return updated.with_changes(body=body.with_changes(body=[cst.SimpleStatementLine([cst.Pass()])]))
         return updated
 
+    def _filter(self, body) -> list:
+        kept: list = []
+        carried: list[cst.EmptyLine] = []
+        for stmt in body:
+            lines = list(getattr(stmt, "leading_lines", ()))
+            if id(stmt) in self.dropped:
+                carried.extend(ln for ln in lines if ln.comment is not None)
+                continue
+            if carried:
+                stmt = stmt.with_changes(leading_lines=[*lines, *carried] if not lines else [*lines[:1], *carried, *lines[1:]])
+                carried = []
+            kept.append(stmt)
+        return kept
 
 class _Splice(cst.CSTTransformer):
     """Replace a contiguous run of statements of one block by one new statement."""
@@ -250,7 +271,8 @@ class Synthesizer:
         if last != positions[id(anchor)]:
             raise SynthesisError("an intermediate is computed after the rewritten value")
         run = body[first:last + 1]
-        rewritten_run = [s.visit(_Rewriter({root_expr: new_expr}, set(removable), None)) for s in run]
+        rewriter = _Rewriter({root_expr: new_expr}, set(removable), None)
+        rewritten_run = rewriter._filter([s.visit(rewriter) for s in run])
         # on the kernel's path the match's branch decisions hold: an `if` whose test the match
         # needs false is dead there
         dead_tests = {" ".join(text.split()) for cid, text in finding.match.cond_text.items()  # type: ignore[union-attr]
