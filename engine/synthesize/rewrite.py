@@ -91,13 +91,15 @@ class _Rewriter(cst.CSTTransformer):
         self.replace = replace
         self.remove = remove
         self.guarded = guarded  # (block owner statement list anchor, range statements, new If)
-        self.dropped: set[int] = set()  # ids of updated statements to take out of their block
+        # updated statements to take out of their block, by id; the nodes are held here so that no
+        # other node can be given the same id while the rewrite runs
+        self.dropped: dict[int, cst.CSTNode] = {}
 
     def on_leave(self, original: cst.CSTNode, updated: cst.CSTNode):  # type: ignore[override]
         if original in self.replace:
             return self.replace[original]
         if original in self.remove:
-            self.dropped.add(id(updated))
+            self.dropped[id(updated)] = updated
             return updated
         if isinstance(updated, (cst.IndentedBlock, cst.Module)):
             return updated.with_changes(body=self._filter(updated.body))
@@ -105,7 +107,7 @@ class _Rewriter(cst.CSTTransformer):
             body = updated.body
             if isinstance(body, cst.IndentedBlock) and not body.body:
                 if updated.orelse is None:
-                    self.dropped.add(id(updated))
+                    self.dropped[id(updated)] = updated
                     return updated
                 return updated.with_changes(body=body.with_changes(body=[cst.SimpleStatementLine([cst.Pass()])]))
         body = getattr(updated, "body", None)
