@@ -307,16 +307,20 @@ def _find_rule(rule: Rule, indexes: list[MethodIndex], near_misses: bool) -> lis
 def _drop_contained(results: list[Finding]) -> list[Finding]:
     """A finding whose locations lie strictly inside another's is the same place seen by a shorter
     pattern (a norm without its bias add): keep the larger, unless the larger is only a near-miss
-    and the smaller is one a rewrite can use."""
+    and the smaller is one a rewrite can use — then the near-miss goes (the place is served)."""
     keys = [frozenset((p.file, p.line, p.col, p.end_line, p.end_col) for p in f.locations) for f in results]
     keep = []
     for i, f in enumerate(results):
-        contained = False
+        redundant = False
         for j, other in enumerate(results):
-            if i != j and keys[i] < keys[j]:
-                if other.status != "near-miss" or f.status == "near-miss":
-                    contained = True
-                    break
-        if not contained:
+            if i == j:
+                continue
+            if keys[i] < keys[j] and (other.status != "near-miss" or f.status == "near-miss"):
+                redundant = True  # a larger finding covers this place
+            elif keys[j] < keys[i] and f.status == "near-miss" and other.status != "near-miss":
+                redundant = True  # a rewrite of part of this place is made; the look-alike is noise
+            if redundant:
+                break
+        if not redundant:
             keep.append(f)
     return keep
