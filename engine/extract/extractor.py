@@ -47,7 +47,6 @@ _MODULE_BASES = {"torch.nn.Module", "torch.nn.modules.module.Module"}
 _MODULE_HINTS = ("Module", "Model", "Layer", "Block", "Encoder", "Decoder", "Attention", "Embeddings",
                  "Head", "Net", "MLP", "Norm", "PreTrainedModel")
 _TENSOR_TYPES = {"torch.nn.Parameter", "torch.nn.parameter.Parameter", "buffer"}
-_CONTAINERS = {"torch.nn.ModuleList", "torch.nn.Sequential", "torch.nn.ModuleDict", "torch.nn.ParameterList"}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -120,10 +120,6 @@ def _shape_check(use: Node, ix: MethodIndex):
     return final.pos
 
 
-def _compatible(node: Node, conditions: dict[int, bool]) -> bool:
-    return all(conditions.get(c.id, c.taken) == c.taken for c in node.guard)
-
-
 def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding:
     rule = match.rule
     nodes = match.matched_nodes

@@ -86,11 +86,9 @@ class _Rewriter(cst.CSTTransformer):
     """Replaces the root expression and removes statements. A removed statement's comment lines
     move to the next statement that stays, so the code's explanations survive the edit."""
 
-    def __init__(self, replace: dict[cst.CSTNode, cst.CSTNode], remove: set[cst.CSTNode],
-                 guarded: tuple[cst.CSTNode, list[cst.CSTNode], cst.If] | None) -> None:
+    def __init__(self, replace: dict[cst.CSTNode, cst.CSTNode], remove: set[cst.CSTNode]) -> None:
         self.replace = replace
         self.remove = remove
-        self.guarded = guarded  # (block owner statement list anchor, range statements, new If)
         # updated statements to take out of their block, by id; the nodes are held here so that no
         # other node can be given the same id while the rewrite runs
         self.dropped: dict[int, cst.CSTNode] = {}
@@ -225,9 +223,7 @@ class Synthesizer:
         # statements of the other matched nodes: removable when they only compute intermediates.
         # A matched value the template names, and that the code holds in a variable of its own
         # (`h = h.to(torch.float32)`), stays: the rewrite reads that variable.
-        import re as _re
-
-        named = set(_re.findall(r"\$([A-Za-z_]\w*)", match.rule.rewrite))
+        named = set(re.findall(r"\$([A-Za-z_]\w*)", match.rule.rewrite))
         kept_nodes = {id(n) for key, n in match.nodes.items()
                       if key in named and n.outputs and not _TEMP.match(n.outputs[0])}
         others: dict[cst.CSTNode, _Located] = {}
@@ -254,7 +250,7 @@ class Synthesizer:
             others[self._raising_if(check)] = None  # type: ignore[assignment]
         if finding.status == "guarded":
             return self._guarded(finding, root_stmt, root_expr, new_expr, list(others))
-        updated = self.wrapper.module.visit(_Rewriter({root_expr: new_expr}, set(others), None))
+        updated = self.wrapper.module.visit(_Rewriter({root_expr: new_expr}, set(others)))
         return updated.code
 
     def _guarded(self, finding: Finding, root_stmt: _Located, root_expr: cst.BaseExpression,
@@ -263,17 +259,14 @@ class Synthesizer:
         positions = {id(s): i for i, s in enumerate(body)}
         indices = [positions[id(anchor)]]
         for stmt in removable:
-            outer, outer_body = self.block_of(stmt)
-            top = outer
-            while id(top) not in positions:
-                # a statement nested in an `if` of this block: climb to the block-level statement
-                top, _ = self._climb(top, positions)
+            # a statement nested in an `if` of this block counts as that block-level statement
+            top = stmt if id(stmt) in positions else self._climb(stmt, positions)
             indices.append(positions[id(top)])
         first, last = min(indices), max(indices)
         if last != positions[id(anchor)]:
             raise SynthesisError("an intermediate is computed after the rewritten value")
         run = body[first:last + 1]
-        rewriter = _Rewriter({root_expr: new_expr}, set(removable), None)
+        rewriter = _Rewriter({root_expr: new_expr}, set(removable))
         rewritten_run = rewriter._filter([s.visit(rewriter) for s in run])
         # on the kernel's path the match's branch decisions hold: an `if` whose test the match
         # needs false is dead there
@@ -313,14 +306,14 @@ class Synthesizer:
                         return node
         raise SynthesisError(f"the shape check at line {pos.line} is not an `if ...: raise` statement")
 
-    def _climb(self, node: cst.CSTNode, positions: dict[int, int]) -> tuple[cst.CSTNode, None]:
+    def _climb(self, node: cst.CSTNode, positions: dict[int, int]) -> cst.CSTNode:
         parents = self.index.parents
         current = parents.get(id(node))
         while current is not None and id(current) not in positions:
             current = parents.get(id(current))
         if current is None:
             raise SynthesisError("the match spans blocks that cannot be guarded together")
-        return current, None
+        return current
 
     def _check_removable(self, located: _Located, method_nodes: list[Node], matched_ids: set[int], match: Match) -> None:
         r = located.range
