@@ -83,7 +83,10 @@ def test_installation_scan_runs_every_state_and_opens_pull_requests(stack, insta
         assert result["verified"] is True
         assert result["speedup"] is not None and result["before_s"] and result["after_s"]
         body = pull["body"]
-        assert f"{result['speedup']:.2f}x faster" in body
+        # A noisy machine may measure the step a little slower; the body says so rather than "0.99x faster".
+        speedup = result["speedup"]
+        ratio = f"{speedup:.2f}x faster" if speedup >= 1 else f"{1 / speedup:.2f}x slower"
+        assert ratio in body
         assert step_time(result["before_s"]) in body and step_time(result["after_s"]) in body
         assert f"{result['max_abs_error']:.2e}" in body
         assert "@adopter rescan" in body and f"adopter-identity: {change['identity']}" in body
