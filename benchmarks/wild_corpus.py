@@ -1,0 +1,349 @@
+"""The default (current-kernel) rules on model code from outside the transformers corpus.
+
+Nine libraries (protein, vision, vision-language, speech and language models) are fetched once with
+`pip download --no-deps` at pinned versions into .cache/wild/ (set ADOPTER_WILD_DIR to move it),
+their model folders are unpacked, scanned with the default rules, and the findings are scored
+against hand-made labels (benchmarks/wild_labels.tsv; its header says how they were made).
+
+    python benchmarks/wild_corpus.py            # score table, disagreements, compile/idempotence
+    python benchmarks/wild_corpus.py --sites    # also every applied finding
+
+A label row names one site: package, path inside the unpacked package, class or function, the line
+of the first statement of the pattern, the rule, and whether a correct tool should rewrite (or
+guard) it (`fire`) or leave it alone (`no`). A finding matches a label of its rule and file when
+the label's line lies within the finding's matched lines (two lines of slack either side).
+Findings that are applied but have no `fire` label count as false positives, whether a `no` label
+names them or not; `fire` labels without an applied finding are misses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import fnmatch
+import os
+import subprocess
+import sys
+import tarfile
+import time
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as a script: import the checkout's engine
+    sys.path.insert(0, str(ROOT))
+
+CACHE = Path(os.environ.get("ADOPTER_WILD_DIR", ROOT / ".cache" / "wild"))
+LABELS = ROOT / "benchmarks" / "wild_labels.tsv"
+SLACK = 2  # lines of slack around a finding's matched lines when pairing it with a label
+
+
+@dataclass(frozen=True)
+class Package:
+    name: str  # as labels name it
+    dist: str  # the pip distribution
+    version: str
+    domain: str
+    include: tuple[str, ...]  # globs over paths inside the archive (after any sdist top folder)
+
+
+PACKAGES: tuple[Package, ...] = (
+    Package("fair-esm", "fair-esm", "2.0.0", "protein", ("esm/*.py", "esm/**/*.py")),
+    Package("open_clip", "open_clip_torch", "3.3.0", "vision-language", ("open_clip/*.py",)),
+    Package("whisper", "openai-whisper", "20250625", "speech", ("whisper/*.py",)),
+    Package("speechbrain", "speechbrain", "1.1.2", "speech",
+            ("speechbrain/nnet/*.py", "speechbrain/nnet/**/*.py", "speechbrain/lobes/models/transformer/*.py")),
+    Package("x-transformers", "x-transformers", "2.31.10", "language", ("x_transformers/*.py",)),
+    Package("vit-pytorch", "vit-pytorch", "1.26.14", "vision", ("vit_pytorch/*.py",)),
+    Package("segment-anything", "segment-anything", "1.0", "vision", ("segment_anything/*.py", "segment_anything/**/*.py")),
+    Package("timm", "timm", "1.0.31", "vision",
+            ("timm/layers/*.py",) + tuple(f"timm/models/{m}.py" for m in (
+                "vision_transformer", "swin_transformer", "beit", "eva", "cait", "xcit", "levit", "twins",
+                "crossvit", "volo", "convit", "nest"))),
+    Package("diffusers", "diffusers", "0.42.1", "vision (diffusion)",
+            tuple(f"diffusers/models/{m}.py" for m in (
+                "attention", "attention_processor", "activations", "normalization", "embeddings"))),
+)
+
+
+def _archive(pkg: Package) -> Path:
+    wheel_dir = CACHE / "wheels"
+    stem = pkg.dist.replace("-", "_")
+
+    def found() -> list[Path]:
+        prefix = f"{stem}-{pkg.version}".lower()
+        return sorted(p for p in wheel_dir.glob("*")
+                      if p.name.lower().startswith(prefix)
+                      and (p.suffix == ".whl" or p.name.endswith(".tar.gz")))
+
+    if found():
+        return found()[0]
+    wheel_dir.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-build-isolation",
+         "--dest", str(wheel_dir), f"{pkg.dist}=={pkg.version}"],
+        check=True,
+    )
+    if not found():
+        raise RuntimeError(f"pip did not produce {pkg.dist} {pkg.version} in {wheel_dir}")
+    return found()[0]
+
+
+def _wanted(name: str, pkg: Package) -> bool:
+    return any(fnmatch.fnmatch(name, pat) for pat in pkg.include)
+
+
+def unpack(pkg: Package) -> Path:
+    """Unpack the selected files of one package (keeping its layout); return that folder."""
+    dest = CACHE / f"{pkg.dist}-{pkg.version}"
+    marker = dest / ".complete"
+    if marker.exists():
+        return dest
+    archive = _archive(pkg)
+    if archive.suffix == ".whl":
+        with zipfile.ZipFile(archive) as zf:
+            for name in zf.namelist():
+                if _wanted(name, pkg):
+                    zf.extract(name, dest)
+    else:  # an sdist: members sit under one top folder
+        with tarfile.open(archive) as tf:
+            for member in tf.getmembers():
+                inner = member.name.split("/", 1)[1] if "/" in member.name else ""
+                if member.isfile() and _wanted(inner, pkg):
+                    target = dest / inner
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    source = tf.extractfile(member)
+                    assert source is not None
+                    target.write_bytes(source.read())
+    marker.write_text("ok\n")
+    return dest
+
+
+def package_files(pkg: Package) -> list[tuple[str, Path]]:
+    base = unpack(pkg)
+    return sorted((p.relative_to(base).as_posix(), p) for p in base.rglob("*.py"))
+
+
+@dataclass(frozen=True)
+class Label:
+    package: str
+    path: str
+    scope: str
+    line: int
+    rule: str
+    expected: str  # "fire" or "no"
+    reason: str
+
+
+def read_labels(path: Path = LABELS) -> list[Label]:
+    rows = []
+    with path.open() as fh:
+        lines = [ln for ln in fh if ln.strip() and not ln.startswith("#")]
+    for row in csv.reader(lines, delimiter="\t"):
+        if row[0] == "package":
+            continue
+        package, rel, scope, line, rule, expected, reason = (row + [""] * 7)[:7]
+        if expected not in ("fire", "no"):
+            raise ValueError(f"label {row}: expected must be fire or no")
+        rows.append(Label(package, rel, scope, int(line), rule, expected, reason))
+    return rows
+
+
+@dataclass
+class Site:
+    """One finding of the scan, as the score sees it."""
+
+    package: str
+    path: str
+    rule: str
+    status: str
+    line: int
+    end_line: int
+    lines: frozenset[int]
+    scope: str
+    reason: str | None
+
+    @property
+    def applied(self) -> bool:
+        return self.status in ("rewritten", "guarded")
+
+
+@dataclass
+class PackageScan:
+    package: Package
+    sites: list[Site] = field(default_factory=list)
+    rewritten: dict[str, tuple[str, str, str]] = field(default_factory=dict)  # rel -> (module, old, new)
+    files: int = 0
+    seconds: float = 0.0
+
+
+def _module(rel: str) -> str:
+    return rel[:-3].replace("/", ".").removesuffix(".__init__")
+
+
+def scan_package(pkg: Package, rules) -> PackageScan:
+    from engine.scan import scan_source
+
+    out = PackageScan(pkg)
+    start = time.perf_counter()
+    for rel, path in package_files(pkg):
+        text = path.read_text(encoding="utf-8")
+        out.files += 1
+        if "torch" not in text:
+            continue
+        findings, new_text = scan_source(text, rules, rel, _module(rel))
+        for f in findings:
+            lines = {f.line, f.end_line} | {p.line for p in f.locations if p.file in (rel, "", None)}
+            out.sites.append(Site(pkg.name, rel, f.rule_id, f.status, f.line, f.end_line, frozenset(lines),
+                                  f"{f.cls}.{f.method}" if f.cls else f.method, f.reason))
+        if new_text != text:
+            out.rewritten[rel] = (_module(rel), text, new_text)
+    out.seconds = time.perf_counter() - start
+    return out
+
+
+def _near(site: Site, label: Label) -> bool:
+    if site.path != label.path or site.rule != label.rule:
+        return False
+    lo, hi = min(site.lines), max(site.lines)
+    return lo - SLACK <= label.line <= hi + SLACK
+
+
+@dataclass
+class Score:
+    tp: list[tuple[Label, Site]] = field(default_factory=list)
+    fp: list[tuple[Site, Label | None]] = field(default_factory=list)  # the `no` label it hit, if any
+    fn: list[tuple[Label, Site | None]] = field(default_factory=list)  # a near-miss finding there, if any
+    tn: list[Label] = field(default_factory=list)
+
+    @property
+    def precision(self) -> float:
+        return len(self.tp) / (len(self.tp) + len(self.fp)) if self.tp or self.fp else 1.0
+
+    @property
+    def recall(self) -> float:
+        return len(self.tp) / (len(self.tp) + len(self.fn)) if self.tp or self.fn else 1.0
+
+
+def score(labels: list[Label], sites: list[Site]) -> Score:
+    """Pair applied findings with labels one to one (nearest line first)."""
+    result = Score()
+    applied = [s for s in sites if s.applied]
+    used: set[int] = set()
+    for label in sorted(labels, key=lambda lb: (lb.expected != "fire", lb.package, lb.path, lb.line)):
+        candidates = [(abs(s.line - label.line), i) for i, s in enumerate(applied)
+                      if i not in used and s.package == label.package and _near(s, label)]
+        if candidates:
+            _, i = min(candidates)
+            used.add(i)
+            if label.expected == "fire":
+                result.tp.append((label, applied[i]))
+            else:
+                result.fp.append((applied[i], label))
+        elif label.expected == "fire":
+            near = [s for s in sites if not s.applied and s.package == label.package and _near(s, label)]
+            result.fn.append((label, near[0] if near else None))
+        else:
+            result.tn.append(label)
+    for i, s in enumerate(applied):
+        if i not in used:
+            result.fp.append((s, None))
+    return result
+
+
+def check_rewrites(scans: list[PackageScan], rules) -> list[str]:
+    """Every rewritten file compiles and a second scan of it applies nothing; return the problems."""
+    from engine.scan import scan_source
+
+    problems = []
+    for scan in scans:
+        for rel, (module, _old, new) in sorted(scan.rewritten.items()):
+            where = f"{scan.package.name}/{rel}"
+            try:
+                compile(new, where, "exec")
+            except SyntaxError as exc:
+                problems.append(f"{where}: the rewritten file does not compile: {exc}")
+                continue
+            findings, again = scan_source(new, rules, rel, module)
+            if again != new:
+                problems.append(f"{where}: a second scan rewrote the output again")
+            still = [f for f in findings if f.status in ("rewritten", "guarded")]
+            if still:
+                problems.append(f"{where}: a second scan still applies {len(still)} finding(s), "
+                                f"first {still[0].rule_id} at line {still[0].line}")
+    return problems
+
+
+def run(rules_spec: str = "default", packages: tuple[Package, ...] = PACKAGES):
+    from engine.scan import select_rules
+
+    rules = select_rules(rules_spec)
+    scans = [scan_package(pkg, rules) for pkg in packages]
+    return rules, scans
+
+
+def _fmt(name: str, s: Score) -> str:
+    return (f"{name:<22} {len(s.tp):>4} {len(s.fp):>4} {len(s.fn):>4} {len(s.tn):>4}"
+            f"   {s.precision:6.3f} {s.recall:6.3f}")
+
+
+def report(labels: list[Label], scans: list[PackageScan], problems: list[str], show_sites: bool = False) -> Score:
+    sites = [s for scan in scans for s in scan.sites]
+    total = score(labels, sites)
+    header = f"{'':<22} {'TP':>4} {'FP':>4} {'FN':>4} {'TN':>4}   {'P':>6} {'R':>6}"
+    print("packages:")
+    for scan in scans:
+        p = scan.package
+        print(f"  {p.name:<18} {p.dist}=={p.version:<12} {p.domain:<20} {scan.files:>4} files "
+              f"{len(scan.rewritten):>3} rewritten  {scan.seconds:5.1f}s")
+    print(f"\nlabels: {sum(lb.expected == 'fire' for lb in labels)} fire, {sum(lb.expected == 'no' for lb in labels)} no\n")
+    print("per rule\n" + header)
+    for rule in sorted({lb.rule for lb in labels} | {s.rule for s in sites if s.applied}):
+        print(_fmt(rule, score([lb for lb in labels if lb.rule == rule], [s for s in sites if s.rule == rule])))
+    print("\nper package\n" + header)
+    for scan in scans:
+        name = scan.package.name
+        print(_fmt(name, score([lb for lb in labels if lb.package == name], scan.sites)))
+    print(_fmt("all", total))
+    print("\ndisagreements:")
+    for site, label in sorted(total.fp, key=lambda x: (x[0].package, x[0].path, x[0].line)):
+        why = f"labelled no: {label.reason}" if label else "no label"
+        print(f"  FP {site.rule:<14} {site.package}/{site.path}:{site.line} {site.scope} [{site.status}] ({why})")
+    for label, near in sorted(total.fn, key=lambda x: (x[0].package, x[0].path, x[0].line)):
+        why = f"near-miss: {near.reason}" if near else "not found"
+        print(f"  FN {label.rule:<14} {label.package}/{label.path}:{label.line} {label.scope} ({why}; label: {label.reason})")
+    if show_sites:
+        print("\napplied findings:")
+        for s in sorted(sites, key=lambda s: (s.package, s.path, s.line)):
+            if s.applied:
+                print(f"  {s.rule:<14} {s.package}/{s.path}:{s.line}-{s.end_line} {s.scope} [{s.status}]")
+    print("\nrewrites compile and are idempotent:", "yes" if not problems else "NO")
+    for problem in problems:
+        print("  " + problem)
+    return total
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rules", default="default")
+    parser.add_argument("--sites", action="store_true", help="list every applied finding")
+    parser.add_argument("--near", action="store_true", help="list every near-miss finding")
+    parser.add_argument("--package", action="append", help="only these packages (label names)")
+    args = parser.parse_args(argv)
+    packages = tuple(p for p in PACKAGES if not args.package or p.name in args.package)
+    rules, scans = run(args.rules, packages)
+    labels = [lb for lb in read_labels() if lb.package in {p.name for p in packages}] if LABELS.exists() else []
+    problems = check_rewrites(scans, rules)
+    report(labels, scans, problems, args.sites)
+    if args.near:
+        print("\nnear-misses:")
+        for scan in scans:
+            for s in scan.sites:
+                if not s.applied:
+                    print(f"  {s.rule:<14} {s.package}/{s.path}:{s.line} {s.scope} ({s.reason})")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
