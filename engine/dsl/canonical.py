@@ -118,6 +118,12 @@ METHODS: dict[str, str] = {
     "div": "div",
 }
 
+# Two-operand einsums that are batched matrix products are extracted as `matmul` (with a
+# `transpose` of the second operand when it contracts over its last dimension): see
+# `einsum_as_matmul` in engine/extract/extractor.py. The equation is the first argument of
+# torch.einsum and the last of einops.einsum.
+EINSUM_FUNCTIONS = {"torch.einsum", "torch.functional.einsum", "einops.einsum"}
+
 # ast operator class name -> canonical op
 BINARY: dict[str, str] = {
     "MatMult": "matmul",

@@ -1312,7 +1312,17 @@ class _MethodExtractor:
 
     def op_call(self, name: str, is_method: bool, receiver: Operand | None, e: ast.Call, scope: _Scope,
                 guard: tuple[Cond, ...]) -> Operand:
+        if not is_method and name in C.EINSUM_FUNCTIONS:
+            lowered = self.einsum_as_matmul(name, e, scope, guard)
+            if lowered is not None:
+                return lowered
         args, kwargs = self.arguments(e, scope, guard)
+        if name in ("permute", "torch.permute") and _swaps_last_two(args if is_method else args[1:]):
+            # `k.permute(0, 1, 3, 2)`: permute names every dimension, so this is transpose(-2, -1)
+            tensor = receiver if is_method else args[0]
+            out = self.emit("op", "transpose", (tensor,), (("dim0", Const(-2)), ("dim1", Const(-1))), guard, e,
+                            target=f".{name}" if is_method else name)
+            return _var(out[0])
         if is_method:
             canonical = C.METHODS.get(name)
             op = canonical or f".{name}"
@@ -1331,6 +1341,28 @@ class _MethodExtractor:
             self.kinds[out[0]] = "scalar"
         elif (is_method and name == "size" and not args) or op == "getattr":
             self.kinds[out[0]] = "shape"
+        return _var(out[0])
+
+    def einsum_as_matmul(self, name: str, e: ast.Call, scope: _Scope, guard: tuple[Cond, ...]) -> Operand | None:
+        """A two-operand einsum that is a batched matrix product becomes the canonical nodes:
+        `einsum('bhid,bhjd->bhij', q, k)` is `matmul(q, transpose(k, -2, -1))` and
+        `einsum('bhij,bhjd->bhid', a, v)` is `matmul(a, v)` (torch.einsum puts the equation
+        first, einops.einsum last). Anything else stays an einsum call."""
+        if e.keywords or any(type(a) is ast.Starred for a in e.args) or len(e.args) != 3:
+            return None
+        eq_arg, operands = (e.args[0], e.args[1:]) if name != "einops.einsum" else (e.args[-1], e.args[:-1])
+        if not (isinstance(eq_arg, ast.Constant) and isinstance(eq_arg.value, str)):
+            return None
+        kind = _einsum_product(eq_arg.value)
+        if kind is None:
+            return None
+        a, b = (self.expr(x, scope, guard) for x in operands)
+        spelled = f"{name}({eq_arg.value!r})"  # the equation stays visible (rank inference reads it)
+        if kind == "a @ b^T":
+            kt = self.emit("op", "transpose", (b,), (("dim0", Const(-2)), ("dim1", Const(-1))), guard, e,
+                           target=name)
+            b = _var(kt[0])
+        out = self.emit("op", "matmul", (a, b), (), guard, e, target=spelled)
         return _var(out[0])
 
     def layer_call(self, target: str, e: ast.Call, scope: _Scope, guard: tuple[Cond, ...]) -> Operand:
@@ -1488,6 +1520,65 @@ _set_outputs = Node.outputs.__set__ if _new_node is not Node else None  # type: 
 
 def _uniform(items: tuple[LayerDef, ...]) -> bool:
     return len({i.type for i in items}) == 1
+
+
+def _einsum_axes(spec: str) -> tuple[str, ...] | None:
+    """The axis labels of one einsum operand: `bhid` or, einops style, `b h i d` (`...` is one
+    label); None for anything fancier (parenthesized groups, anonymous axes)."""
+    spec = spec.strip()
+    if any(c in spec for c in "()0123456789"):
+        return None
+    if " " in spec:
+        return tuple(spec.split())
+    axes, i = [], 0
+    while i < len(spec):
+        if spec.startswith("...", i):
+            axes.append("...")
+            i += 3
+        elif spec[i].isalpha():
+            axes.append(spec[i])
+            i += 1
+        else:
+            return None
+    return tuple(axes)
+
+
+def _einsum_product(equation: str) -> str | None:
+    """'a @ b' or 'a @ b^T' when the two-operand einsum `equation` is that batched product: the
+    same batch labels in the same order on both operands and the output, then (i, x) with (x, j)
+    or (j, x) into (i, j)."""
+    lhs, arrow, out = equation.partition("->")
+    parts = lhs.split(",")
+    if not arrow or len(parts) != 2:
+        return None
+    a, b, o = _einsum_axes(parts[0]), _einsum_axes(parts[1]), _einsum_axes(out)
+    if a is None or b is None or o is None or min(len(a), len(b), len(o)) < 2:
+        return None
+    batch = a[:-2]
+    if b[:-2] != batch or o[:-2] != batch or len(set(a)) != len(a) or len(set(b)) != len(b):
+        return None
+    (i, x), (j0, j1), (oi, oj) = a[-2:], b[-2:], o[-2:]
+    if i == x or oi != i or oj in batch or oj in (i, x) or i in batch or x in batch:
+        return None
+    if (j0, j1) == (x, oj):
+        return "a @ b"
+    if (j0, j1) == (oj, x):
+        return "a @ b^T"
+    return None
+
+
+def _swaps_last_two(dims: tuple[Operand, ...]) -> bool:
+    """`permute(0, 1, ..., n-1, n-2)` (every dimension listed, the last two swapped)."""
+    if len(dims) == 1 and isinstance(dims[0], Const) and isinstance(dims[0].value, tuple):
+        values = dims[0].value
+    elif dims and all(isinstance(d, Const) for d in dims):
+        values = tuple(d.value for d in dims)  # type: ignore[union-attr]
+    else:
+        return False
+    n = len(values)
+    if n < 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        return False
+    return list(values) == [*range(n - 2), n - 1, n - 2]
 
 
 def _normalize_signature(op: str, inputs: tuple[Operand, ...], kwargs: tuple[tuple[str, Operand], ...]

@@ -9,6 +9,14 @@ from engine.dsl.ir import Const, Seq, Sym, Var
 from engine.match.matcher import Match, MethodIndex, numeric
 
 
+def _is_finfo_max(value, ix: MethodIndex) -> bool:
+    node = ix.defs.get(value.name) if isinstance(value, Var) else None
+    if node is None or node.op != "getattr" or node.inputs[1:] != (Const("max"),):
+        return False
+    source = ix.defs.get(node.inputs[0].name) if isinstance(node.inputs[0], Var) else None
+    return source is not None and source.op in ("torch.finfo", "numpy.finfo")
+
+
 def _fill_is_minus_infinity(match: Match, ix: MethodIndex) -> str | None:
     """A `masked_fill` mask must fill with -inf (or the dtype's lowest value, or a huge negative
     number): only then is it the same as dropping those keys from the softmax."""
@@ -27,6 +35,8 @@ def _fill_is_minus_infinity(match: Match, ix: MethodIndex) -> str | None:
         node = ix.defs.get(value.name)
         if node is not None and node.op == "getattr" and node.inputs[1:] == (Const("min"),):
             return None
+        if node is not None and node.op == "neg" and _is_finfo_max(node.inputs[0], ix):
+            return None  # -torch.finfo(dtype).max is the dtype's lowest value, finfo.min
     return f"masked_fill value {getattr(value, 'text', getattr(value, 'value', value))!r} is not -inf"
 
 
@@ -151,6 +161,12 @@ def rank_of(operand, ix: MethodIndex, depth: int = 0) -> int | None:
         # torch.cat requires every input to have the same number of dimensions: one known is enough
         ranks = {rank_of(i, ix, depth + 1) for i in node.inputs[0].items} - {None}
         return ranks.pop() if len(ranks) == 1 else None
+    if op == "matmul" and node.target is not None and node.target.endswith("')") and "einsum(" in node.target:
+        # an einsum extracted as a matrix product: `torch.einsum('bhid,bhjd->bhij')`
+        spec = node.target.partition("(")[2][1:-2]
+        out = spec.partition("->")[2].strip()
+        if "..." not in out and "(" not in out:
+            return len(out.split()) if " " in out else len(out)
     if op == "matmul":
         ranks = [rank_of(i, ix, depth + 1) for i in node.inputs[:2]]
         return max(ranks) if all(r is not None for r in ranks) else None  # type: ignore[type-var]

@@ -100,6 +100,39 @@ def _reads_metadata_only(node: Node) -> bool:
         and node.inputs[1].value in _METADATA_ATTRS
 
 
+def _inside(inner: Pos | None, outer: Pos | None) -> bool:
+    return inner is not None and outer is not None and inner.file == outer.file \
+        and (inner.line, inner.col) >= (outer.line, outer.col) \
+        and (inner.end_line, inner.end_col) <= (outer.end_line, outer.end_col)
+
+
+def _only_computes_fill(use: Node, nodes: list[Node], ix: MethodIndex) -> bool:
+    """A dtype read of an intermediate written inside a matched `masked_fill` call whose only
+    purpose is that call's fill value (`s.masked_fill(m, -torch.finfo(s.dtype).max)`): the rewrite
+    replaces the whole call, fill value included, so the read goes with it."""
+    if not _reads_metadata_only(use):
+        return False
+    fills = [n for n in nodes if n.op == "masked_fill" and _inside(use.pos, n.pos)]
+    if not fills:
+        return False
+    fill = fills[0]
+    frontier, chain = list(use.outputs), 0
+    while frontier:
+        name = frontier.pop()
+        for user in ix.uses.get(name, ()):
+            if user is fill:
+                value = user.kwarg("value")
+                if not (isinstance(value, Var) and value.name == name) or any(
+                        isinstance(i, Var) and i.name == name for i in user.inputs):
+                    return False
+                continue
+            chain += 1
+            if chain > 8 or user.kind != "op" or not _inside(user.pos, fill.pos):
+                return False
+            frontier.extend(user.outputs)
+    return True
+
+
 def _shape_check(use: Node, ix: MethodIndex):
     """The position of an `if` test that only validates a shape and raises, if `use` is such a read."""
     if not _reads_metadata_only(use) or use.pos is None:
@@ -166,6 +199,8 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding:
                     continue
                 if rule.detect_only and _reads_metadata_only(use):
                     continue  # a shape or dtype read does not stop a detected location
+                if _only_computes_fill(use, nodes, ix):
+                    continue  # `s.masked_fill(m, -torch.finfo(s.dtype).max)`: removed with the fill
                 check = _shape_check(use, ix)
                 if check is not None:
                     # `if attn_weights.size() != (...): raise ValueError(...)`: a validation of an
