@@ -181,6 +181,58 @@ class T5Norm(nn.Module):
 def build():
     return T5Norm(), (torch.randn(2, 5, 16),)
 """),
+    ("einsum q k^T and attn v, nn.Softmax, relative bias (vit-pytorch, max-vit)", "sdpa-attention", """
+class Attention(nn.Module):
+    def __init__(self, heads=4, n=6):
+        super().__init__()
+        self.scale = 8 ** -0.5
+        self.attend = nn.Softmax(dim=-1)
+        self.bias = nn.Parameter(torch.randn(heads, n, n))
+
+    def forward(self, q, k, v):
+        q = q * self.scale
+        sim = torch.einsum('b h i d, b h j d -> b h i j', q, k)
+        sim = sim + self.bias
+        attn = self.attend(sim)
+        return torch.einsum('b h i j, b h j d -> b h i d', attn, v)
+
+def build():
+    return Attention(), tuple(torch.randn(2, 4, 6, 8) for _ in range(3))
+"""),
+    ("einsum with ellipsis batch, 3-D (batch*heads)", "sdpa-attention", """
+class Attention(nn.Module):
+    def forward(self, q, k, v):
+        dots = torch.einsum('...id,...jd->...ij', q, k) * 0.25
+        attn = dots.softmax(dim=-1)
+        return torch.einsum('...ij,...jd->...id', attn, v)
+
+def build():
+    return Attention(), tuple(torch.randn(6, 5, 16) for _ in range(3))
+"""),
+    ("masked_fill with -finfo(dtype).max inside the call (vit-pytorch)", "sdpa-attention", """
+class Attention(nn.Module):
+    def forward(self, q, k, v, mask):
+        dots = torch.matmul(q, k.transpose(-1, -2)) * 0.3
+        dots = dots.masked_fill(~mask, -torch.finfo(dots.dtype).max)
+        attn = dots.softmax(dim=-1)
+        return torch.matmul(attn, v)
+
+def build():
+    mask = torch.rand(2, 1, 5, 7) > 0.3
+    mask[..., 0] = True  # no fully masked row: there -inf and the lowest value differ
+    return Attention(), (torch.randn(2, 3, 5, 8), torch.randn(2, 3, 7, 8), torch.randn(2, 3, 7, 8), mask)
+"""),
+    ("key transposed by permute(0, 1, 3, 2) (segment-anything)", "sdpa-attention", """
+class Attention(nn.Module):
+    def forward(self, q, k, v):
+        attn = q @ k.permute(0, 1, 3, 2)
+        attn = attn / math.sqrt(q.shape[-1])
+        attn = torch.softmax(attn, dim=-1)
+        return attn @ v
+
+def build():
+    return Attention(), tuple(torch.randn(2, 3, 5, 8) for _ in range(3))
+"""),
 ]
 
 
