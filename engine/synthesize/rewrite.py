@@ -338,9 +338,14 @@ class Synthesizer:
                 continue
             base = _python_name(operand.name)
             latest = None
+            root_path = {c.id: c.taken for c in root.guard}
             for node in match.method.nodes[:root_index]:
-                if id(node) in removed or node.via != root.via:
+                if id(node) in removed:
                     continue
+                if node.via != root.via and operand.name not in node.outputs:
+                    continue  # a helper's own variables (its return value is the bound one itself)
+                if any(root_path.get(c.id, c.taken) != c.taken for c in node.guard):
+                    continue  # on the other branch of an `if` the root is under: not on its path
                 if any(_python_name(o) == base for o in node.outputs):
                     latest = node
             if latest is None:

@@ -233,6 +233,55 @@ class Attention(nn.Module):
 def build():
     return Attention(), tuple(torch.randn(2, 3, 5, 8) for _ in range(3))
 """),
+    ("heads split by a helper after the projection reassigns q (segment-anything)", "sdpa-attention", """
+class Attention(nn.Module):
+    def __init__(self, dim=16, heads=2):
+        super().__init__()
+        self.heads = heads
+        self.q_proj = nn.Linear(dim, dim)
+        self.k_proj = nn.Linear(dim, dim)
+        self.v_proj = nn.Linear(dim, dim)
+
+    def _separate_heads(self, x, heads):
+        b, n, c = x.shape
+        x = x.reshape(b, n, heads, c // heads)
+        return x.transpose(1, 2)
+
+    def forward(self, q, k, v):
+        q = self.q_proj(q)
+        k = self.k_proj(k)
+        v = self.v_proj(v)
+        q = self._separate_heads(q, self.heads)
+        k = self._separate_heads(k, self.heads)
+        v = self._separate_heads(v, self.heads)
+        attn = q @ k.permute(0, 1, 3, 2)
+        attn = attn / math.sqrt(q.shape[-1])
+        attn = torch.softmax(attn, dim=-1)
+        return attn @ v
+
+def build():
+    return Attention(), tuple(torch.randn(2, 5, 16) for _ in range(3))
+"""),
+    ("RMSNorm in the else branch of a fused path that reassigns the input (diffusers)", "rms-norm", """
+class RMSNorm(nn.Module):
+    def __init__(self, d=16, eps=1e-6, fused=None):
+        super().__init__()
+        self.eps = eps
+        self.fused = fused
+        self.weight = nn.Parameter(torch.randn(d))
+
+    def forward(self, hidden_states):
+        if self.fused is not None:
+            hidden_states = self.fused(hidden_states, self.weight, self.eps)
+        else:
+            variance = hidden_states.to(torch.float32).pow(2).mean(-1, keepdim=True)
+            hidden_states = hidden_states * torch.rsqrt(variance + self.eps)
+            hidden_states = hidden_states * self.weight
+        return hidden_states
+
+def build():
+    return RMSNorm(), (torch.randn(2, 5, 16),)
+"""),
 ]
 
 
