@@ -106,28 +106,30 @@ def _inside(inner: Pos | None, outer: Pos | None) -> bool:
         and (inner.end_line, inner.end_col) <= (outer.end_line, outer.end_col)
 
 
-def _only_computes_fill(use: Node, nodes: list[Node], ix: MethodIndex) -> bool:
-    """A dtype read of an intermediate written inside a matched `masked_fill` call whose only
-    purpose is that call's fill value (`s.masked_fill(m, -torch.finfo(s.dtype).max)`): the rewrite
-    replaces the whole call, fill value included, so the read goes with it."""
+def _only_feeds_dropped_argument(use: Node, match: Match, ix: MethodIndex) -> bool:
+    """A dtype read of an intermediate, written inside a matched call, whose only purpose is an
+    argument of that call that the rewrite drops: `s.masked_fill(m, -torch.finfo(s.dtype).max)`,
+    `p.type(s.dtype)`. The rewrite replaces the whole call, so the read goes with it."""
     if not _reads_metadata_only(use):
         return False
-    fills = [n for n in nodes if n.op == "masked_fill" and _inside(use.pos, n.pos)]
-    if not fills:
+    holders = [n for n in match.nodes.values() if _inside(use.pos, n.pos) and n is not match.root]
+    if not holders:
         return False
-    fill = fills[0]
+    holder = holders[0]
+    rewrite = match.rule.rewrite or ""
     frontier, chain = list(use.outputs), 0
     while frontier:
         name = frontier.pop()
         for user in ix.uses.get(name, ()):
-            if user is fill:
-                value = user.kwarg("value")
-                if not (isinstance(value, Var) and value.name == name) or any(
-                        isinstance(i, Var) and i.name == name for i in user.inputs):
-                    return False
+            if user is holder:
+                if any(isinstance(i, Var) and i.name == name for i in user.inputs[:1]):
+                    return False  # the call's tensor itself
+                bound = [v for v, b in match.bindings.items() if isinstance(b, Var) and b.name == name]
+                if not bound or any(f"${v}" in rewrite for v in bound):
+                    return False  # an argument the rewrite keeps
                 continue
             chain += 1
-            if chain > 8 or user.kind != "op" or not _inside(user.pos, fill.pos):
+            if chain > 8 or user.kind != "op" or not _inside(user.pos, holder.pos):
                 return False
             frontier.extend(user.outputs)
     return True
@@ -199,8 +201,8 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding:
                     continue
                 if rule.detect_only and _reads_metadata_only(use):
                     continue  # a shape or dtype read does not stop a detected location
-                if _only_computes_fill(use, nodes, ix):
-                    continue  # `s.masked_fill(m, -torch.finfo(s.dtype).max)`: removed with the fill
+                if _only_feeds_dropped_argument(use, match, ix):
+                    continue  # `s.masked_fill(m, -torch.finfo(s.dtype).max)`: removed with the call
                 check = _shape_check(use, ix)
                 if check is not None:
                     # `if attn_weights.size() != (...): raise ValueError(...)`: a validation of an

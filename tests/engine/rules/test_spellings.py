@@ -282,6 +282,20 @@ class RMSNorm(nn.Module):
 def build():
     return RMSNorm(), (torch.randn(2, 5, 16),)
 """),
+    ("scores upcast with .float() for the softmax, cast back with .type(scores.dtype) (diffusers)", "sdpa-attention", """
+class AttentionPool(nn.Module):
+    def __init__(self, dim=16, heads=2):
+        super().__init__()
+        self.scale = (dim // heads) ** -0.25
+
+    def forward(self, query, key, value):
+        weight = (query * self.scale) @ (key * self.scale).transpose(-2, -1)
+        weight = torch.softmax(weight.float(), dim=-1).type(weight.dtype)
+        return weight @ value
+
+def build():
+    return AttentionPool(), tuple(torch.randn(2, 2, 5, 8) for _ in range(3))
+"""),
 ]
 
 
