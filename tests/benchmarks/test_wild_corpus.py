@@ -41,9 +41,9 @@ def test_precision_and_recall_against_the_labels(scanned, labels):
     sites = [s for scan in scans for s in scan.sites]
     total = W.score(labels, sites)
     assert total.precision >= 0.98, [(s.package, s.path, s.line, s.rule) for s, _ in total.fp]
-    assert total.recall >= 0.90, [(lb.package, lb.path, lb.line, lb.rule) for lb, _ in total.fn]
+    assert total.recall >= 0.93, [(lb.package, lb.path, lb.line, lb.rule) for lb, _ in total.fn]
     sdpa = W.score([lb for lb in labels if lb.rule == "sdpa-attention"], [s for s in sites if s.rule == "sdpa-attention"])
-    assert len(sdpa.tp) >= 76 and sdpa.precision >= 0.98 and sdpa.recall >= 0.90
+    assert len(sdpa.tp) >= 78 and sdpa.precision >= 0.98 and sdpa.recall >= 0.93
     # every package whose labels ask for rewrites gets some, and no look-alike is rewritten
     for scan in scans:
         own = [lb for lb in labels if lb.package == scan.package.name]
