@@ -1353,7 +1353,7 @@ class _MethodExtractor:
         eq_arg, operands = (e.args[0], e.args[1:]) if name != "einops.einsum" else (e.args[-1], e.args[:-1])
         if not (isinstance(eq_arg, ast.Constant) and isinstance(eq_arg.value, str)):
             return None
-        kind = _einsum_product(eq_arg.value)
+        kind = _einsum_product(eq_arg.value, einops=name == "einops.einsum")
         if kind is None:
             return None
         a, b = (self.expr(x, scope, guard) for x in operands)
@@ -1522,14 +1522,16 @@ def _uniform(items: tuple[LayerDef, ...]) -> bool:
     return len({i.type for i in items}) == 1
 
 
-def _einsum_axes(spec: str) -> tuple[str, ...] | None:
-    """The axis labels of one einsum operand: `bhid` or, einops style, `b h i d` (`...` is one
-    label); None for anything fancier (parenthesized groups, anonymous axes)."""
+def _einsum_axes(spec: str, einops: bool) -> tuple[str, ...] | None:
+    """The axis labels of one einsum operand: torch's one letter each (`bhid`, spaces ignored) or
+    einops' names separated by spaces (`b h i d`); `...` is one label. None for anything fancier
+    (parenthesized groups, anonymous axes)."""
     spec = spec.strip()
     if any(c in spec for c in "()0123456789"):
         return None
-    if " " in spec:
+    if einops:
         return tuple(spec.split())
+    spec = spec.replace(" ", "")
     axes, i = [], 0
     while i < len(spec):
         if spec.startswith("...", i):
@@ -1543,7 +1545,7 @@ def _einsum_axes(spec: str) -> tuple[str, ...] | None:
     return tuple(axes)
 
 
-def _einsum_product(equation: str) -> str | None:
+def _einsum_product(equation: str, einops: bool = False) -> str | None:
     """'a @ b' or 'a @ b^T' when the two-operand einsum `equation` is that batched product: the
     same batch labels in the same order on both operands and the output, then (i, x) with (x, j)
     or (j, x) into (i, j)."""
@@ -1551,7 +1553,7 @@ def _einsum_product(equation: str) -> str | None:
     parts = lhs.split(",")
     if not arrow or len(parts) != 2:
         return None
-    a, b, o = _einsum_axes(parts[0]), _einsum_axes(parts[1]), _einsum_axes(out)
+    a, b, o = (_einsum_axes(p, einops) for p in (parts[0], parts[1], out))
     if a is None or b is None or o is None or min(len(a), len(b), len(o)) < 2:
         return None
     batch = a[:-2]
