@@ -295,7 +295,8 @@ def report(labels: list[Label], scans: list[PackageScan], problems: list[str], s
     print("packages:")
     for scan in scans:
         p = scan.package
-        print(f"  {p.name:<18} {p.dist}=={p.version:<12} {p.domain:<20} {scan.files:>4} files "
+        spec = f"{p.dist}=={p.version}"
+        print(f"  {p.name:<18} {spec:<26} {p.domain:<20} {scan.files:>4} files "
               f"{len(scan.rewritten):>3} rewritten  {scan.seconds:5.1f}s")
     print(f"\nlabels: {sum(lb.expected == 'fire' for lb in labels)} fire, {sum(lb.expected == 'no' for lb in labels)} no\n")
     print("per rule\n" + header)
