@@ -136,6 +136,11 @@ def _glob(pattern: str) -> re.Pattern[str]:
     return re.compile("".join(".*" if ch == "*" else re.escape(ch) for ch in pattern) + r"\Z")
 
 
+@lru_cache(maxsize=8192)
+def _glob_hit(pattern: str, name: str) -> bool:
+    return _glob(pattern).match(name) is not None
+
+
 def _layer_op(layer: LayerDef | None) -> tuple[str, dict[str, Operand]] | None:
     """A layer call seen as its canonical op: nn.Softmax(dim=-1) -> ("softmax", {dim: -1})."""
     if layer is None:
@@ -221,31 +226,106 @@ def render(operand: Operand) -> str:
 # The matcher
 
 
-class MethodIndex:
-    """Per-method lookups shared by all rules: definitions, uses, layer table."""
+class ClassInfo:
+    """Per-class lookups shared by the indexes of its methods: the layer table, and the canonical
+    ops its layers stand for (`nn.Softmax` -> `softmax`)."""
 
-    def __init__(self, file: FileModel, cls: ClassModel, method: Method) -> None:
+    __slots__ = ("cls", "layers", "layer_ops")
+
+    def __init__(self, cls: ClassModel) -> None:
+        self.cls = cls
+        layers: dict[str, LayerDef] = {}
+        for layer in cls.layers:
+            layers.setdefault(layer.attr, layer)
+            for item in layer.items:
+                layers.setdefault(item.attr, item)
+        self.layers = layers
+        ops = set()
+        for layer in layers.values():
+            spec = C.LAYER_OPS.get(layer.type)
+            if spec is not None:
+                ops.add(spec[0])
+        self.layer_ops = frozenset(ops)
+
+
+class MethodIndex:
+    """Per-method lookups shared by all rules: definitions, uses, layer table. Everything is built
+    on first use: most (method, rule) pairs are settled by `may_match` on the set of op names."""
+
+    def __init__(self, file: FileModel, cls: ClassModel, method: Method, info: ClassInfo | None = None) -> None:
         self.file = file
         self.cls = cls
         self.method = method
-        self.defs: dict[str, Node] = {}
-        self.by_op: dict[str, list[Node]] = {}
-        self.by_target: dict[str, list[Node]] = {}
-        self.cond_text: dict[int, str] = {}
+        self._info = info
         self._uses: dict[str, list[Node]] | None = None
         self._phis: dict[int, Node] | None = None
         self._candidates: dict[tuple, list[Node]] = {}
-        defs, by_op, cond_text = self.defs, self.by_op, self.cond_text
-        for node in method.nodes:
+        self._names: set[str] | None = None
+        self._layer_types: frozenset[str] | None = None
+        self._clauses: dict[tuple, bool] = {}
+
+    def __getattr__(self, name: str):
+        # defs, by_op, by_target, cond_text: built together on first use
+        if name in ("defs", "by_op", "by_target", "cond_text"):
+            self._build()
+            return self.__dict__[name]
+        raise AttributeError(name)
+
+    def _build(self) -> None:
+        defs: dict[str, Node] = {}
+        by_op: dict[str, list[Node]] = {}
+        by_target: dict[str, list[Node]] = {}
+        cond_text: dict[int, str] = {}
+        for node in self.method.nodes:
             for name in node.outputs:
                 defs[name] = node
             by_op.setdefault(node.op, []).append(node)
             if node.target is not None and node.kind == "op":
-                self.by_target.setdefault(node.target, []).append(node)
+                by_target.setdefault(node.target, []).append(node)
             for cond in node.guard:
                 if cond.id not in cond_text:
                     cond_text[cond.id] = cond.text
-        self._layers: dict[str, LayerDef] | None = None
+        self.defs = defs
+        self.by_op = by_op
+        self.by_target = by_target
+        self.cond_text = cond_text
+
+    @property
+    def info(self) -> ClassInfo:
+        if self._info is None:
+            self._info = ClassInfo(self.cls)
+        return self._info
+
+    def may_match(self, need: Needs) -> bool:
+        """False when the method lacks an op that every match of `need`'s pattern(s) contains (a
+        cheap, conservative test: True does not mean there is a match)."""
+        names = self._names
+        if names is None:
+            nodes = self.method.nodes
+            names = self._names = {n.op for n in nodes}
+            names.update([n.target for n in nodes])
+            names |= self.info.layer_ops
+        if not need.names <= names:
+            return False
+        for clause in need.clauses:
+            hit = self._clauses.get(clause)
+            if hit is None:
+                hit = self._clauses[clause] = self._clause(clause, names)
+            if not hit:
+                return False
+        return True
+
+    def _clause(self, clause: tuple[OpAlt, ...], names: set[str]) -> bool:
+        for alt in clause:
+            if "*" in alt.name and alt.kind == "layer":
+                types = self._layer_types
+                if types is None:
+                    types = self._layer_types = frozenset(n.op for n in self.method.nodes if n.kind == "layer")
+                if any(_glob_hit(alt.name, t) for t in types):
+                    return True
+            elif alt.name in names:
+                return True
+        return False
 
     @property
     def uses(self) -> dict[str, list[Node]]:
@@ -271,14 +351,7 @@ class MethodIndex:
 
     @property
     def layers(self) -> dict[str, LayerDef]:
-        if self._layers is None:
-            layers: dict[str, LayerDef] = {}
-            for layer in self.cls.layers:
-                layers.setdefault(layer.attr, layer)
-                for item in layer.items:
-                    layers.setdefault(item.attr, item)
-            self._layers = layers
-        return self._layers
+        return self.info.layers
 
     def layer_for(self, node: Node) -> LayerDef | None:
         if node.target is None:
@@ -565,12 +638,86 @@ def sinks(pattern: Pattern) -> list[tuple[int, PStmt]]:
 _SINKS: dict[int, tuple[Pattern, list[tuple[int, PStmt]]]] = {}  # per pattern: computed once, read per method
 
 
+class Needs:
+    """Op names that every match contains: `names` each present, and of each clause in `clauses`
+    (a statement's alternatives that are not one plain name) one present."""
+
+    __slots__ = ("names", "clauses")
+
+    def __init__(self, names: frozenset[str], clauses: tuple[tuple[OpAlt, ...], ...] = ()) -> None:
+        self.names = names
+        self.clauses = clauses
+
+
+def _required_statements(pattern: Pattern) -> set[int]:
+    """Indexes of the statements every match of `pattern` contains: the sinks, and what a matched
+    statement's arguments must resolve to (in every alternative call; through an optional
+    statement only what is needed both when it is present and when it is skipped)."""
+    stmts = pattern.stmts
+
+    def after(i: int) -> set[int]:
+        needed: set[int] | None = None
+        for call in stmts[i].alternatives:
+            here: set[int] = set()
+            for arg in call.args:
+                if arg.kind == "var":
+                    here |= of_var(arg.value)  # type: ignore[arg-type]
+            needed = here if needed is None else needed & here
+        return needed or set()
+
+    def of_var(var: str) -> set[int]:
+        entry = pattern.definers.get(var)
+        if entry is None:
+            return set()  # a free variable: binds anything
+        i, stmt = entry
+        present = {i} | after(i)
+        if stmt.optional:
+            return present & of_var(stmt.data_args[0])
+        return present
+
+    required: set[int] = set()
+    for i, _ in sinks(pattern):
+        required |= {i} | after(i)
+    return required
+
+
+def needs(rule: Rule) -> tuple[Needs, list[tuple[Pattern, Needs]]]:
+    """The rule's prefilter (what every pattern needs) and each pattern's; computed once per rule."""
+    cached = _NEEDS.get(id(rule))
+    if cached is not None and cached[0] is rule:
+        return cached[1]
+    per_pattern = []
+    for pattern in rule.patterns:
+        names: set[str] = set()
+        clauses: list[tuple[OpAlt, ...]] = []
+        for i in sorted(_required_statements(pattern)):
+            alts = pattern.stmts[i].all_ops
+            plain = {a.name for a in alts if not (a.kind == "layer" and "*" in a.name)}
+            if len(plain) == 1 and len(alts) == len([a for a in alts if a.name in plain]):
+                names |= plain
+            elif alts not in clauses:
+                clauses.append(alts)
+        per_pattern.append((pattern, Needs(frozenset(names), tuple(clauses))))
+    common = frozenset.intersection(*(n.names for _, n in per_pattern)) if per_pattern else frozenset()
+    result = (Needs(common), per_pattern)
+    _NEEDS[id(rule)] = (rule, result)  # holding the rule keeps its id from being reused
+    return result
+
+
+_NEEDS: dict[int, tuple[Rule, tuple[Needs, list[tuple[Pattern, Needs]]]]] = {}
+
+
 def match_method(rule: Rule, index: MethodIndex, relaxed: bool = False) -> list[Match]:
     """All matches of `rule` in one method. With `relaxed`, structures that differ from a pattern
-    only in constants are returned too (their `relaxed` lists the differences), in the same search."""
+    only in constants are returned too (their `relaxed` lists the differences), in the same search.
+    Patterns whose ops the method lacks are skipped without a search."""
+    common, per_pattern = needs(rule)
+    if not index.may_match(common):
+        return []
     out: list[Match] = []
-    for pattern in rule.patterns:
-        out.extend(match_pattern(rule, pattern, index, relaxed))
+    for pattern, need in per_pattern:
+        if index.may_match(need):
+            out.extend(match_pattern(rule, pattern, index, relaxed))
     return out
 
 
@@ -635,5 +782,6 @@ def training_methods(cls: ClassModel) -> list[Method]:
 
 def iter_indexes(file: FileModel, everywhere: bool = False):
     for cls in file.classes:
+        info = ClassInfo(cls)
         for method in (cls.methods if everywhere else training_methods(cls)):
-            yield MethodIndex(file, cls, method)
+            yield MethodIndex(file, cls, method, info)
