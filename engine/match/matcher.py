@@ -296,15 +296,24 @@ class MethodIndex:
             self._info = ClassInfo(self.cls)
         return self._info
 
+    @property
+    def names(self) -> set[str]:
+        """Every op and target name of the method's nodes, and the canonical ops of its class's
+        layers: a superset of the names a pattern's op can match here."""
+        if self._names is None:
+            nodes = self.method.nodes
+            names = {n.op for n in nodes}
+            names.update([n.target for n in nodes])
+            names |= self.info.layer_ops
+            self._names = names
+        return self._names
+
     def may_match(self, need: Needs) -> bool:
         """False when the method lacks an op that every match of `need`'s pattern(s) contains (a
         cheap, conservative test: True does not mean there is a match)."""
         names = self._names
         if names is None:
-            nodes = self.method.nodes
-            names = self._names = {n.op for n in nodes}
-            names.update([n.target for n in nodes])
-            names |= self.info.layer_ops
+            names = self.names
         if not need.names <= names:
             return False
         for clause in need.clauses:
@@ -698,8 +707,11 @@ def needs(rule: Rule) -> tuple[Needs, list[tuple[Pattern, Needs]]]:
             elif alts not in clauses:
                 clauses.append(alts)
         per_pattern.append((pattern, Needs(frozenset(names), tuple(clauses))))
-    common = frozenset.intersection(*(n.names for _, n in per_pattern)) if per_pattern else frozenset()
-    result = (Needs(common), per_pattern)
+    if len(per_pattern) == 1:
+        common = per_pattern[0][1]
+    else:
+        common = Needs(frozenset.intersection(*(n.names for _, n in per_pattern)) if per_pattern else frozenset())
+    result = (common, per_pattern)
     _NEEDS[id(rule)] = (rule, result)  # holding the rule keeps its id from being reused
     return result
 
@@ -712,7 +724,7 @@ def match_method(rule: Rule, index: MethodIndex, relaxed: bool = False) -> list[
     only in constants are returned too (their `relaxed` lists the differences), in the same search.
     Patterns whose ops the method lacks are skipped without a search."""
     common, per_pattern = needs(rule)
-    if not index.may_match(common):
+    if len(per_pattern) > 1 and not index.may_match(common):
         return []
     out: list[Match] = []
     for pattern, need in per_pattern:
@@ -761,14 +773,20 @@ def computes_output(name: str) -> bool:
 def training_methods(cls: ClassModel) -> list[Method]:
     """The methods that run in the training step: those named by `computes_output`, and any method
     a training method hands on by reference (`apply_chunking_to_forward(self.ff_chunk, ...)`)."""
-    by_name = {m.name: m for m in cls.methods}
     if cls.name == "__module__":
         return list(cls.methods)  # module-level functions and top-level code: all of them
+    by_name = {m.name: m for m in cls.methods}
     chosen = [m for m in cls.methods if computes_output(m.name)]
     names = {m.name for m in chosen}
     todo = list(chosen)
-    while todo:
+    while todo and not names >= by_name.keys():
         method = todo.pop()
+        # which `self.<name>` symbols the method mentions, in bulk; the ordered walk below (which
+        # fixes the order methods are added in) runs only where one names a method not yet chosen
+        texts = {o.text for n in method.nodes for o in n.inputs if o.__class__ is Sym}
+        texts.update([o.text for n in method.nodes for _, o in n.kwargs if o.__class__ is Sym])
+        if not any(t.startswith("self.") and t[5:] in by_name and t[5:] not in names for t in texts):
+            continue
         for node in method.nodes:
             for operand in (*node.inputs, *(v for _, v in node.kwargs)):
                 if isinstance(operand, Sym) and operand.text.startswith("self."):
@@ -780,8 +798,52 @@ def training_methods(cls: ClassModel) -> list[Method]:
     return chosen
 
 
+class FileIndexes:
+    """The method indexes of one file: those of the training methods, and (built when a rule that
+    matches `anywhere` first asks) those of every method, sharing the former's objects."""
+
+    def __init__(self, file: FileModel) -> None:
+        self.file = file
+        self.training = list(iter_indexes(file))
+        self._every: list[MethodIndex] | None = None
+        self._names: dict[bool, set[str]] = {}
+
+    @property
+    def every(self) -> list[MethodIndex]:
+        if self._every is None:
+            known = {id(ix.method): ix for ix in self.training}
+            every = []
+            for cls in self.file.classes:
+                info = None
+                for method in cls.methods:
+                    ix = known.get(id(method))
+                    if ix is None or ix.cls is not cls:
+                        if info is None:
+                            info = next((k.info for k in self.training if k.cls is cls), None) or ClassInfo(cls)
+                        ix = MethodIndex(self.file, cls, method, info)
+                    every.append(ix)
+            self._every = every
+        return self._every
+
+    def indexes(self, anywhere: bool) -> list[MethodIndex]:
+        return self.every if anywhere else self.training
+
+    def candidates(self, rule: Rule) -> list[MethodIndex]:
+        """The indexes of the methods where `rule` may match (see `needs`)."""
+        common = needs(rule)[0]
+        indexes = self.indexes(rule.anywhere)
+        names = self._names.get(rule.anywhere)
+        if names is None:
+            names = self._names[rule.anywhere] = set().union(*(ix.names for ix in indexes))
+        if not common.names <= names:
+            return []
+        return [ix for ix in indexes if ix.may_match(common)]
+
+
 def iter_indexes(file: FileModel, everywhere: bool = False):
     for cls in file.classes:
-        info = ClassInfo(cls)
+        info = None
         for method in (cls.methods if everywhere else training_methods(cls)):
+            if info is None:
+                info = ClassInfo(cls)
             yield MethodIndex(file, cls, method, info)
