@@ -262,7 +262,7 @@ class MethodIndex:
         self._candidates: dict[tuple, list[Node]] = {}
         self._names: set[str] | None = None
         self._layer_types: frozenset[str] | None = None
-        self._clauses: dict[tuple, bool] = {}
+        self._clauses: dict[int, bool] = {}
 
     def __getattr__(self, name: str):
         # defs, by_op, by_target, cond_text: built together on first use
@@ -316,10 +316,10 @@ class MethodIndex:
             names = self.names
         if not need.names <= names:
             return False
-        for clause in need.clauses:
-            hit = self._clauses.get(clause)
+        for key, clause in need.clauses:
+            hit = self._clauses.get(key)
             if hit is None:
-                hit = self._clauses[clause] = self._clause(clause, names)
+                hit = self._clauses[key] = self._clause(clause, names)
             if not hit:
                 return False
         return True
@@ -653,7 +653,7 @@ class Needs:
 
     __slots__ = ("names", "clauses")
 
-    def __init__(self, names: frozenset[str], clauses: tuple[tuple[OpAlt, ...], ...] = ()) -> None:
+    def __init__(self, names: frozenset[str], clauses: tuple[tuple[int, tuple[OpAlt, ...]], ...] = ()) -> None:
         self.names = names
         self.clauses = clauses
 
@@ -706,7 +706,9 @@ def needs(rule: Rule) -> tuple[Needs, list[tuple[Pattern, Needs]]]:
                 names |= plain
             elif alts not in clauses:
                 clauses.append(alts)
-        per_pattern.append((pattern, Needs(frozenset(names), tuple(clauses))))
+        # each clause with an int key: the per-method cache of clause results then hashes no dataclasses
+        keyed = tuple((_CLAUSE_KEYS.setdefault(c, len(_CLAUSE_KEYS)), c) for c in clauses)
+        per_pattern.append((pattern, Needs(frozenset(names), keyed)))
     if len(per_pattern) == 1:
         common = per_pattern[0][1]
     else:
@@ -716,6 +718,7 @@ def needs(rule: Rule) -> tuple[Needs, list[tuple[Pattern, Needs]]]:
     return result
 
 
+_CLAUSE_KEYS: dict[tuple[OpAlt, ...], int] = {}
 _NEEDS: dict[int, tuple[Rule, tuple[Needs, list[tuple[Pattern, Needs]]]]] = {}
 
 
