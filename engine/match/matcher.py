@@ -21,6 +21,7 @@ Scope analysis then decides what may be done with a match:
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from dataclasses import dataclass, field
@@ -707,7 +708,7 @@ def needs(rule: Rule) -> tuple[Needs, list[tuple[Pattern, Needs]]]:
             elif alts not in clauses:
                 clauses.append(alts)
         # each clause with an int key: the per-method cache of clause results then hashes no dataclasses
-        keyed = tuple((_CLAUSE_KEYS.setdefault(c, len(_CLAUSE_KEYS)), c) for c in clauses)
+        keyed = tuple((_CLAUSE_KEYS.setdefault(c, next(_CLAUSE_COUNT)), c) for c in clauses)
         per_pattern.append((pattern, Needs(frozenset(names), keyed)))
     if len(per_pattern) == 1:
         common = per_pattern[0][1]
@@ -719,6 +720,7 @@ def needs(rule: Rule) -> tuple[Needs, list[tuple[Pattern, Needs]]]:
 
 
 _CLAUSE_KEYS: dict[tuple[OpAlt, ...], int] = {}
+_CLAUSE_COUNT = itertools.count()  # fresh keys (unique even when threads add clauses at once)
 _NEEDS: dict[int, tuple[Rule, tuple[Needs, list[tuple[Pattern, Needs]]]]] = {}
 
 
