@@ -21,6 +21,7 @@ Scope analysis then decides what may be done with a match:
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from dataclasses import dataclass, field
@@ -136,6 +137,11 @@ def _glob(pattern: str) -> re.Pattern[str]:
     return re.compile("".join(".*" if ch == "*" else re.escape(ch) for ch in pattern) + r"\Z")
 
 
+@lru_cache(maxsize=8192)
+def _glob_hit(pattern: str, name: str) -> bool:
+    return _glob(pattern).match(name) is not None
+
+
 def _layer_op(layer: LayerDef | None) -> tuple[str, dict[str, Operand]] | None:
     """A layer call seen as its canonical op: nn.Softmax(dim=-1) -> ("softmax", {dim: -1})."""
     if layer is None:
@@ -221,31 +227,115 @@ def render(operand: Operand) -> str:
 # The matcher
 
 
-class MethodIndex:
-    """Per-method lookups shared by all rules: definitions, uses, layer table."""
+class ClassInfo:
+    """Per-class lookups shared by the indexes of its methods: the layer table, and the canonical
+    ops its layers stand for (`nn.Softmax` -> `softmax`)."""
 
-    def __init__(self, file: FileModel, cls: ClassModel, method: Method) -> None:
+    __slots__ = ("cls", "layers", "layer_ops")
+
+    def __init__(self, cls: ClassModel) -> None:
+        self.cls = cls
+        layers: dict[str, LayerDef] = {}
+        for layer in cls.layers:
+            layers.setdefault(layer.attr, layer)
+            for item in layer.items:
+                layers.setdefault(item.attr, item)
+        self.layers = layers
+        ops = set()
+        for layer in layers.values():
+            spec = C.LAYER_OPS.get(layer.type)
+            if spec is not None:
+                ops.add(spec[0])
+        self.layer_ops = frozenset(ops)
+
+
+class MethodIndex:
+    """Per-method lookups shared by all rules: definitions, uses, layer table. Everything is built
+    on first use: most (method, rule) pairs are settled by `may_match` on the set of op names."""
+
+    def __init__(self, file: FileModel, cls: ClassModel, method: Method, info: ClassInfo | None = None) -> None:
         self.file = file
         self.cls = cls
         self.method = method
-        self.defs: dict[str, Node] = {}
-        self.by_op: dict[str, list[Node]] = {}
-        self.by_target: dict[str, list[Node]] = {}
-        self.cond_text: dict[int, str] = {}
+        self._info = info
         self._uses: dict[str, list[Node]] | None = None
         self._phis: dict[int, Node] | None = None
         self._candidates: dict[tuple, list[Node]] = {}
-        defs, by_op, cond_text = self.defs, self.by_op, self.cond_text
-        for node in method.nodes:
+        self._names: set[str] | None = None
+        self._layer_types: frozenset[str] | None = None
+        self._clauses: dict[int, bool] = {}
+
+    def __getattr__(self, name: str):
+        # defs, by_op, by_target, cond_text: built together on first use
+        if name in ("defs", "by_op", "by_target", "cond_text"):
+            self._build()
+            return self.__dict__[name]
+        raise AttributeError(name)
+
+    def _build(self) -> None:
+        defs: dict[str, Node] = {}
+        by_op: dict[str, list[Node]] = {}
+        by_target: dict[str, list[Node]] = {}
+        cond_text: dict[int, str] = {}
+        for node in self.method.nodes:
             for name in node.outputs:
                 defs[name] = node
             by_op.setdefault(node.op, []).append(node)
             if node.target is not None and node.kind == "op":
-                self.by_target.setdefault(node.target, []).append(node)
+                by_target.setdefault(node.target, []).append(node)
             for cond in node.guard:
                 if cond.id not in cond_text:
                     cond_text[cond.id] = cond.text
-        self._layers: dict[str, LayerDef] | None = None
+        self.defs = defs
+        self.by_op = by_op
+        self.by_target = by_target
+        self.cond_text = cond_text
+
+    @property
+    def info(self) -> ClassInfo:
+        if self._info is None:
+            self._info = ClassInfo(self.cls)
+        return self._info
+
+    @property
+    def names(self) -> set[str]:
+        """Every op and target name of the method's nodes, and the canonical ops of its class's
+        layers: a superset of the names a pattern's op can match here."""
+        if self._names is None:
+            nodes = self.method.nodes
+            names = {n.op for n in nodes}
+            names.update([n.target for n in nodes])
+            names |= self.info.layer_ops
+            self._names = names
+        return self._names
+
+    def may_match(self, need: Needs) -> bool:
+        """False when the method lacks an op that every match of `need`'s pattern(s) contains (a
+        cheap, conservative test: True does not mean there is a match)."""
+        names = self._names
+        if names is None:
+            names = self.names
+        if not need.names <= names:
+            return False
+        for key, clause in need.clauses:
+            hit = self._clauses.get(key)
+            if hit is None:
+                hit = self._clauses[key] = self._clause(clause, names)
+            if not hit:
+                return False
+        return True
+
+    def _clause(self, clause: tuple[OpAlt, ...], names: set[str]) -> bool:
+        for alt in clause:
+            if "*" in alt.name and alt.kind == "layer":
+                types = self._layer_types
+                if types is None:
+                    types = self._layer_types = frozenset(n.op for n in self.method.nodes if n.kind == "layer")
+                if any(_glob_hit(alt.name, t) for t in types):
+                    return True
+            elif alt.name in names:
+                return True
+        return False
 
     @property
     def uses(self) -> dict[str, list[Node]]:
@@ -271,14 +361,7 @@ class MethodIndex:
 
     @property
     def layers(self) -> dict[str, LayerDef]:
-        if self._layers is None:
-            layers: dict[str, LayerDef] = {}
-            for layer in self.cls.layers:
-                layers.setdefault(layer.attr, layer)
-                for item in layer.items:
-                    layers.setdefault(item.attr, item)
-            self._layers = layers
-        return self._layers
+        return self.info.layers
 
     def layer_for(self, node: Node) -> LayerDef | None:
         if node.target is None:
@@ -565,12 +648,93 @@ def sinks(pattern: Pattern) -> list[tuple[int, PStmt]]:
 _SINKS: dict[int, tuple[Pattern, list[tuple[int, PStmt]]]] = {}  # per pattern: computed once, read per method
 
 
+class Needs:
+    """Op names that every match contains: `names` each present, and of each clause in `clauses`
+    (a statement's alternatives that are not one plain name) one present."""
+
+    __slots__ = ("names", "clauses")
+
+    def __init__(self, names: frozenset[str], clauses: tuple[tuple[int, tuple[OpAlt, ...]], ...] = ()) -> None:
+        self.names = names
+        self.clauses = clauses
+
+
+def _required_statements(pattern: Pattern) -> set[int]:
+    """Indexes of the statements every match of `pattern` contains: the sinks, and what a matched
+    statement's arguments must resolve to (in every alternative call; through an optional
+    statement only what is needed both when it is present and when it is skipped)."""
+    stmts = pattern.stmts
+
+    def after(i: int) -> set[int]:
+        needed: set[int] | None = None
+        for call in stmts[i].alternatives:
+            here: set[int] = set()
+            for arg in call.args:
+                if arg.kind == "var":
+                    here |= of_var(arg.value)  # type: ignore[arg-type]
+            needed = here if needed is None else needed & here
+        return needed or set()
+
+    def of_var(var: str) -> set[int]:
+        entry = pattern.definers.get(var)
+        if entry is None:
+            return set()  # a free variable: binds anything
+        i, stmt = entry
+        present = {i} | after(i)
+        if stmt.optional:
+            return present & of_var(stmt.data_args[0])
+        return present
+
+    required: set[int] = set()
+    for i, _ in sinks(pattern):
+        required |= {i} | after(i)
+    return required
+
+
+def needs(rule: Rule) -> tuple[Needs, list[tuple[Pattern, Needs]]]:
+    """The rule's prefilter (what every pattern needs) and each pattern's; computed once per rule."""
+    cached = _NEEDS.get(id(rule))
+    if cached is not None and cached[0] is rule:
+        return cached[1]
+    per_pattern = []
+    for pattern in rule.patterns:
+        names: set[str] = set()
+        clauses: list[tuple[OpAlt, ...]] = []
+        for i in sorted(_required_statements(pattern)):
+            alts = pattern.stmts[i].all_ops
+            plain = {a.name for a in alts if not (a.kind == "layer" and "*" in a.name)}
+            if len(plain) == 1 and len(alts) == len([a for a in alts if a.name in plain]):
+                names |= plain
+            elif alts not in clauses:
+                clauses.append(alts)
+        # each clause with an int key: the per-method cache of clause results then hashes no dataclasses
+        keyed = tuple((_CLAUSE_KEYS.setdefault(c, next(_CLAUSE_COUNT)), c) for c in clauses)
+        per_pattern.append((pattern, Needs(frozenset(names), keyed)))
+    if len(per_pattern) == 1:
+        common = per_pattern[0][1]
+    else:
+        common = Needs(frozenset.intersection(*(n.names for _, n in per_pattern)) if per_pattern else frozenset())
+    result = (common, per_pattern)
+    _NEEDS[id(rule)] = (rule, result)  # holding the rule keeps its id from being reused
+    return result
+
+
+_CLAUSE_KEYS: dict[tuple[OpAlt, ...], int] = {}
+_CLAUSE_COUNT = itertools.count()  # fresh keys (unique even when threads add clauses at once)
+_NEEDS: dict[int, tuple[Rule, tuple[Needs, list[tuple[Pattern, Needs]]]]] = {}
+
+
 def match_method(rule: Rule, index: MethodIndex, relaxed: bool = False) -> list[Match]:
     """All matches of `rule` in one method. With `relaxed`, structures that differ from a pattern
-    only in constants are returned too (their `relaxed` lists the differences), in the same search."""
+    only in constants are returned too (their `relaxed` lists the differences), in the same search.
+    Patterns whose ops the method lacks are skipped without a search."""
+    common, per_pattern = needs(rule)
+    if len(per_pattern) > 1 and not index.may_match(common):
+        return []
     out: list[Match] = []
-    for pattern in rule.patterns:
-        out.extend(match_pattern(rule, pattern, index, relaxed))
+    for pattern, need in per_pattern:
+        if index.may_match(need):
+            out.extend(match_pattern(rule, pattern, index, relaxed))
     return out
 
 
@@ -614,14 +778,20 @@ def computes_output(name: str) -> bool:
 def training_methods(cls: ClassModel) -> list[Method]:
     """The methods that run in the training step: those named by `computes_output`, and any method
     a training method hands on by reference (`apply_chunking_to_forward(self.ff_chunk, ...)`)."""
-    by_name = {m.name: m for m in cls.methods}
     if cls.name == "__module__":
         return list(cls.methods)  # module-level functions and top-level code: all of them
+    by_name = {m.name: m for m in cls.methods}
     chosen = [m for m in cls.methods if computes_output(m.name)]
     names = {m.name for m in chosen}
     todo = list(chosen)
-    while todo:
+    while todo and not names >= by_name.keys():
         method = todo.pop()
+        # which `self.<name>` symbols the method mentions, in bulk; the ordered walk below (which
+        # fixes the order methods are added in) runs only where one names a method not yet chosen
+        texts = {o.text for n in method.nodes for o in n.inputs if o.__class__ is Sym}
+        texts.update([o.text for n in method.nodes for _, o in n.kwargs if o.__class__ is Sym])
+        if not any(t.startswith("self.") and t[5:] in by_name and t[5:] not in names for t in texts):
+            continue
         for node in method.nodes:
             for operand in (*node.inputs, *(v for _, v in node.kwargs)):
                 if isinstance(operand, Sym) and operand.text.startswith("self."):
@@ -633,7 +803,52 @@ def training_methods(cls: ClassModel) -> list[Method]:
     return chosen
 
 
+class FileIndexes:
+    """The method indexes of one file: those of the training methods, and (built when a rule that
+    matches `anywhere` first asks) those of every method, sharing the former's objects."""
+
+    def __init__(self, file: FileModel) -> None:
+        self.file = file
+        self.training = list(iter_indexes(file))
+        self._every: list[MethodIndex] | None = None
+        self._names: dict[bool, set[str]] = {}
+
+    @property
+    def every(self) -> list[MethodIndex]:
+        if self._every is None:
+            known = {id(ix.method): ix for ix in self.training}
+            every = []
+            for cls in self.file.classes:
+                info = None
+                for method in cls.methods:
+                    ix = known.get(id(method))
+                    if ix is None or ix.cls is not cls:
+                        if info is None:
+                            info = next((k.info for k in self.training if k.cls is cls), None) or ClassInfo(cls)
+                        ix = MethodIndex(self.file, cls, method, info)
+                    every.append(ix)
+            self._every = every
+        return self._every
+
+    def indexes(self, anywhere: bool) -> list[MethodIndex]:
+        return self.every if anywhere else self.training
+
+    def candidates(self, rule: Rule) -> list[MethodIndex]:
+        """The indexes of the methods where `rule` may match (see `needs`)."""
+        common = needs(rule)[0]
+        indexes = self.indexes(rule.anywhere)
+        names = self._names.get(rule.anywhere)
+        if names is None:
+            names = self._names[rule.anywhere] = set().union(*(ix.names for ix in indexes))
+        if not common.names <= names:
+            return []
+        return [ix for ix in indexes if ix.may_match(common)]
+
+
 def iter_indexes(file: FileModel, everywhere: bool = False):
     for cls in file.classes:
+        info = None
         for method in (cls.methods if everywhere else training_methods(cls)):
-            yield MethodIndex(file, cls, method)
+            if info is None:
+                info = ClassInfo(cls)
+            yield MethodIndex(file, cls, method, info)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from engine.dsl.ir import Cond, Const, FileModel, Node, Pos, Sym, Var
 from engine.match import constraints
-from engine.match.matcher import Finding, Match, MethodIndex, iter_indexes, match_method
+from engine.match.matcher import FileIndexes, Finding, Match, MethodIndex, match_method
 from engine.match.rule import Rule
 
 
@@ -292,12 +292,11 @@ def find(files: list[FileModel], rules: list[Rule], *, near_misses: bool = True)
     """All findings of `rules` in `files`, one per source location and rule."""
     findings: list[Finding] = []
     for file in files:
-        indexes = list(iter_indexes(file))
-        every: list[MethodIndex] | None = None
+        indexes = FileIndexes(file)
         for rule in rules:
-            if rule.anywhere and every is None:
-                every = list(iter_indexes(file, everywhere=True))
-            findings.extend(_find_rule(rule, every if rule.anywhere else indexes, near_misses))
+            candidates = indexes.candidates(rule)  # the methods that have the ops the rule needs
+            if candidates:
+                findings.extend(_find_rule(rule, candidates, near_misses))
     return findings
 
 
