@@ -968,7 +968,7 @@ class _MethodExtractor:
             # `layer = self.layers[i]`: a local name for a module
             if value_expr is not None and type(value_expr) in _MAY_NAME_A_LAYER:
                 layer_target = self.layer_target(value_expr, scope)
-                if layer_target is not None:
+                if layer_target is not None and not self._slices_a_tensor(layer_target):
                     scope.layers[target.id] = layer_target
                     scope.env.pop(target.id, None)
                     return
@@ -1064,6 +1064,14 @@ class _MethodExtractor:
             if base is not None:
                 return f"{base}.{expr.attr}"
         return None
+
+    def _slices_a_tensor(self, target: str) -> bool:
+        """`causal_mask = self.bias[:, :, a:b, :b]`: a slice of a buffer or parameter is a tensor
+        value, not a local name for a module."""
+        if not target.endswith("]"):
+            return False
+        owner = self.lookup_layer(target.partition("[")[0])
+        return owner is not None and owner.type in _TENSOR_TYPES
 
     def lookup_layer(self, target: str) -> LayerDef | None:
         """The LayerDef for a target path, looking inside ModuleList/Sequential items."""

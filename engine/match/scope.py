@@ -106,6 +106,9 @@ def _inside(inner: Pos | None, outer: Pos | None) -> bool:
         and (inner.end_line, inner.end_col) <= (outer.end_line, outer.end_col)
 
 
+_DTYPE_TAKERS = {"torch.finfo", "torch.iinfo"}  # calls whose first argument is a dtype, not a tensor
+
+
 def _only_feeds_dropped_argument(use: Node, match: Match, ix: MethodIndex) -> bool:
     """A dtype read of an intermediate, written inside a matched call, whose only purpose is an
     argument of that call that the rewrite drops: `s.masked_fill(m, -torch.finfo(s.dtype).max)`,
@@ -115,14 +118,15 @@ def _only_feeds_dropped_argument(use: Node, match: Match, ix: MethodIndex) -> bo
     holders = [n for n in match.nodes.values() if _inside(use.pos, n.pos) and n is not match.root]
     if not holders:
         return False
-    holder = holders[0]
+    # the innermost call holding the read (`torch.finfo(s.dtype).min`: the finfo call, not `.min`)
+    holder = min(holders, key=lambda n: (n.pos.end_line - n.pos.line, n.pos.end_col - n.pos.col))  # type: ignore[union-attr]
     rewrite = match.rule.rewrite or ""
     frontier, chain = list(use.outputs), 0
     while frontier:
         name = frontier.pop()
         for user in ix.uses.get(name, ()):
             if user is holder:
-                if any(isinstance(i, Var) and i.name == name for i in user.inputs[:1]):
+                if user.op not in _DTYPE_TAKERS and any(isinstance(i, Var) and i.name == name for i in user.inputs[:1]):
                     return False  # the call's tensor itself
                 bound = [v for v, b in match.bindings.items() if isinstance(b, Var) and b.name == name]
                 if not bound or any(f"${v}" in rewrite for v in bound):
