@@ -476,6 +476,16 @@ class CausalSelfAttention(nn.Module):
 def build():
     return CausalSelfAttention(), tuple(torch.randn(2, 2, 6, 8) for _ in range(3))
 """, False),
+    ("layer built and called inline, nn.Softmax(dim=-1)(x) (ImageGPT, CodeGen)", "sdpa-attention", """
+class Attention(nn.Module):
+    def forward(self, q, k, v):
+        w = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(q.size(-1))
+        w = nn.Softmax(dim=-1)(w)
+        return torch.matmul(w, v)
+
+def build():
+    return Attention(), tuple(torch.randn(2, 2, 5, 8) for _ in range(3))
+"""),
 ]
 
 
