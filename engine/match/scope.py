@@ -228,7 +228,13 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding:
                 where = f"line {use.pos.line}" if use.pos else "a merge"
                 what = "returned" if use.kind == "return" else "stored" if use.kind == "store" else f"used by `{use.op}`"
                 if not extra:
-                    return near_miss(f"intermediate `{_source_name(name)}` escapes the match: {what} at {where}")
+                    helper = ""
+                    if use.kind == "return" and not use.via and not match.method.name.startswith("forward") \
+                            and match.method.name != "__call__":
+                        # `_attn` returning `(attn_output, attn_weights)`: whether the caller needs
+                        # them (`output_attentions`) is not known in the helper
+                        helper = f"; `{match.method.name}` hands it to its callers, and only they know when it is needed"
+                    return near_miss(f"intermediate `{_source_name(name)}` escapes the match: {what} at {where}{helper}")
                 guards.append(frozenset((c.text, c.taken) for c in extra))
 
     # 3. decisions the match depends on beyond its root's own guard
