@@ -968,7 +968,7 @@ class _MethodExtractor:
             # `layer = self.layers[i]`: a local name for a module
             if value_expr is not None and type(value_expr) in _MAY_NAME_A_LAYER:
                 layer_target = self.layer_target(value_expr, scope)
-                if layer_target is not None:
+                if layer_target is not None and not self._slices_a_tensor(layer_target):
                     scope.layers[target.id] = layer_target
                     scope.env.pop(target.id, None)
                     return
@@ -1064,6 +1064,14 @@ class _MethodExtractor:
             if base is not None:
                 return f"{base}.{expr.attr}"
         return None
+
+    def _slices_a_tensor(self, target: str) -> bool:
+        """`causal_mask = self.bias[:, :, a:b, :b]`: a slice of a buffer or parameter is a tensor
+        value, not a local name for a module."""
+        if not target.endswith("]"):
+            return False
+        owner = self.lookup_layer(target.partition("[")[0])
+        return owner is not None and owner.type in _TENSOR_TYPES
 
     def lookup_layer(self, target: str) -> LayerDef | None:
         """The LayerDef for a target path, looking inside ModuleList/Sequential items."""
@@ -1298,12 +1306,38 @@ class _MethodExtractor:
             return self.op_call(func.attr, True, receiver, e, scope, guard)
         # 5. a function: torch.matmul(a, b), F.softmax(x, dim=-1), math.sqrt(d)
         name = self.fx.imports.qualify(func)
+        if name is None and isinstance(func, ast.Call):
+            inline_layer = self.inline_layer_call(func, e, scope, guard)
+            if inline_layer is not None:
+                return inline_layer
         if name is None:
             callee = self.expr(func, scope, guard)
             args, kwargs = self.arguments(e, scope, guard)
             out = self.emit("op", "call", (callee, *args), kwargs, guard, e)
             return _var(out[0])
         return self.op_call(name, False, None, e, scope, guard)
+
+    # stateless layers built and called in one expression; `nn.Dropout(p)(x)` is not one of them
+    # (a module built there is in training mode: it always drops)
+    _INLINE_LAYERS = ("torch.nn.Softmax", "torch.nn.LogSoftmax", "torch.nn.GELU", "torch.nn.ReLU", "torch.nn.SiLU",
+                      "torch.nn.Sigmoid", "torch.nn.Tanh")
+
+    def inline_layer_call(self, ctor: ast.Call, e: ast.Call, scope: _Scope, guard: tuple[Cond, ...]) -> Operand | None:
+        """`nn.Softmax(dim=-1)(x)` (ImageGPT, CodeGen): the layer's op with its constructor's
+        arguments as keywords, `softmax(x, dim=-1)`, when those arguments read no data."""
+        layer_type = self.fx.imports.qualify(ctor.func)
+        if layer_type not in self._INLINE_LAYERS or len(e.args) != 1 or e.keywords \
+                or any(type(a) is ast.Starred for a in ctor.args) or any(k.arg is None for k in ctor.keywords) \
+                or any(_has_data(a, scope) for a in [*ctor.args, *(k.value for k in ctor.keywords)]):
+            return None
+        op, names = C.LAYER_OPS[layer_type]
+        if len(ctor.args) > len(names):
+            return None
+        params = [(n, self.expr(a, scope, guard)) for n, a in zip(names, ctor.args, strict=False)]
+        params += [(k.arg, self.expr(k.value, scope, guard)) for k in ctor.keywords]  # type: ignore[misc]
+        x = self.expr(e.args[0], scope, guard)
+        out = self.emit("op", op, (x,), tuple(params), guard, e, target=layer_type)
+        return _var(out[0])
 
     def arguments(self, e: ast.Call, scope: _Scope, guard: tuple[Cond, ...]) -> tuple[tuple[Operand, ...], tuple[tuple[str, Operand], ...]]:
         args = tuple([self.expr(a.value if type(a) is ast.Starred else a, scope, guard) for a in e.args])

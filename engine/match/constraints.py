@@ -219,3 +219,37 @@ def _last_two_dims(match: Match, ix: MethodIndex) -> str | None:
 
 
 CHECKS["last_two_dims"] = _last_two_dims
+
+
+def _keep_mask_fill_is_lowest(match: Match, ix: MethodIndex) -> str | None:
+    """`torch.where(keep, s, fill)` drops the keys where `keep` is False exactly when `fill` is the
+    lowest value of the scores' own dtype: `torch.finfo(s.dtype).min`, wrapped as a 0-d tensor of
+    that dtype (`torch.full([], v, dtype=s.dtype)`, `torch.tensor(v, dtype=s.dtype)`) and moved
+    with `.to(device)`. A cast of the scores inside the `where` must be to their own dtype."""
+    where = match.nodes.get("s2")
+    if where is None or where.op != "torch.where":
+        return None
+    scores = {i.name for i in where.inputs[1:2] if isinstance(i, Var)}
+    cast = match.nodes.get("sc")
+    if cast is not None:
+        scores |= {i.name for i in cast.inputs[:1] if isinstance(i, Var)}
+
+    def dtype_of_scores(value) -> bool:
+        node = ix.defs.get(value.name) if isinstance(value, Var) else None
+        return node is not None and node.op == "getattr" and node.inputs[1:] == (Const("dtype"),) \
+            and isinstance(node.inputs[0], Var) and node.inputs[0].name in scores
+
+    for name, what in (("scdtype", "the scores' cast"), ("fdtype", "torch.finfo"), ("fdtype2", "the fill tensor")):
+        if name in match.bindings and not dtype_of_scores(match.bindings[name]):
+            return f"the dtype of {what} in the `torch.where` mask is not provably the scores' own dtype"
+    fill = match.nodes.get("fillt")
+    if fill is not None and fill.op == "torch.full":
+        shape = fill.inputs[0] if fill.inputs else None
+        empty = (isinstance(shape, Sym) and shape.text.replace(" ", "") in ("[]", "()")) \
+            or (isinstance(shape, Const) and shape.value == ()) or (isinstance(shape, Seq) and not shape.items)
+        if not empty:
+            return "the `torch.where` fill is not a 0-d tensor (`torch.full([], ...)`)"
+    return None
+
+
+CHECKS["keep_mask_fill_is_lowest"] = _keep_mask_fill_is_lowest

@@ -106,6 +106,9 @@ def _inside(inner: Pos | None, outer: Pos | None) -> bool:
         and (inner.end_line, inner.end_col) <= (outer.end_line, outer.end_col)
 
 
+_DTYPE_TAKERS = {"torch.finfo", "torch.iinfo"}  # calls whose first argument is a dtype, not a tensor
+
+
 def _only_feeds_dropped_argument(use: Node, match: Match, ix: MethodIndex) -> bool:
     """A dtype read of an intermediate, written inside a matched call, whose only purpose is an
     argument of that call that the rewrite drops: `s.masked_fill(m, -torch.finfo(s.dtype).max)`,
@@ -115,14 +118,15 @@ def _only_feeds_dropped_argument(use: Node, match: Match, ix: MethodIndex) -> bo
     holders = [n for n in match.nodes.values() if _inside(use.pos, n.pos) and n is not match.root]
     if not holders:
         return False
-    holder = holders[0]
+    # the innermost call holding the read (`torch.finfo(s.dtype).min`: the finfo call, not `.min`)
+    holder = min(holders, key=lambda n: (n.pos.end_line - n.pos.line, n.pos.end_col - n.pos.col))  # type: ignore[union-attr]
     rewrite = match.rule.rewrite or ""
     frontier, chain = list(use.outputs), 0
     while frontier:
         name = frontier.pop()
         for user in ix.uses.get(name, ()):
             if user is holder:
-                if any(isinstance(i, Var) and i.name == name for i in user.inputs[:1]):
+                if user.op not in _DTYPE_TAKERS and any(isinstance(i, Var) and i.name == name for i in user.inputs[:1]):
                     return False  # the call's tensor itself
                 bound = [v for v, b in match.bindings.items() if isinstance(b, Var) and b.name == name]
                 if not bound or any(f"${v}" in rewrite for v in bound):
@@ -224,7 +228,13 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding:
                 where = f"line {use.pos.line}" if use.pos else "a merge"
                 what = "returned" if use.kind == "return" else "stored" if use.kind == "store" else f"used by `{use.op}`"
                 if not extra:
-                    return near_miss(f"intermediate `{_source_name(name)}` escapes the match: {what} at {where}")
+                    helper = ""
+                    if use.kind == "return" and not use.via and not match.method.name.startswith("forward") \
+                            and match.method.name != "__call__":
+                        # `_attn` returning `(attn_output, attn_weights)`: whether the caller needs
+                        # them (`output_attentions`) is not known in the helper
+                        helper = f"; `{match.method.name}` hands it to its callers, and only they know when it is needed"
+                    return near_miss(f"intermediate `{_source_name(name)}` escapes the match: {what} at {where}{helper}")
                 guards.append(frozenset((c.text, c.taken) for c in extra))
 
     # 3. decisions the match depends on beyond its root's own guard
