@@ -120,68 +120,27 @@ class Source:
 def _fast_constructor(cls: type, names: tuple[str, ...]):
     """A constructor for a frozen, slotted IR dataclass taking every field positionally, without
     the generic frozen `__init__` (which sets each field through `object.__setattr__` by name).
-    Extraction builds hundreds of thousands of nodes; the result is the same object. Falls back to
-    the class itself if its fields are not exactly `names`."""
-    if tuple(f.name for f in fields(cls)) != names or not hasattr(cls, "__slots__"):
+    Extraction builds hundreds of thousands of nodes; the result is the same object.
+
+    The object is built as an instance of a private twin class with the same slots (plain
+    attribute stores, no frozen `__setattr__`) whose `__init__` then turns it into `cls` by
+    assigning `__class__` (allowed: the layouts are identical). Falls back to the class itself
+    if its fields are not exactly `names` or the twin cannot be made."""
+    slots = getattr(cls, "__slots__", None)
+    if tuple(f.name for f in fields(cls)) != names or tuple(slots or ()) != names or cls.__bases__ != (object,):
         return cls
-    setters = tuple(getattr(cls, name).__set__ for name in names)
-    new = object.__new__
-    if len(names) == 1:
-        (s0,) = setters
-
-        def make1(a):
-            obj = new(cls)
-            s0(obj, a)
-            return obj
-        return make1
-    if len(names) == 2:
-        s0, s1 = setters
-
-        def make2(a, b):
-            obj = new(cls)
-            s0(obj, a)
-            s1(obj, b)
-            return obj
-        return make2
-    if len(names) == 3:
-        s0, s1, s2 = setters
-
-        def make3(a, b, c):
-            obj = new(cls)
-            s0(obj, a)
-            s1(obj, b)
-            s2(obj, c)
-            return obj
-        return make3
-    if len(names) == 5:
-        s0, s1, s2, s3, s4 = setters
-
-        def make5(a, b, c, d, e):
-            obj = new(cls)
-            s0(obj, a)
-            s1(obj, b)
-            s2(obj, c)
-            s3(obj, d)
-            s4(obj, e)
-            return obj
-        return make5
-    if len(names) == 9:
-        s0, s1, s2, s3, s4, s5, s6, s7, s8 = setters
-
-        def make9(a, b, c, d, e, f, g, h, i):
-            obj = new(cls)
-            s0(obj, a)
-            s1(obj, b)
-            s2(obj, c)
-            s3(obj, d)
-            s4(obj, e)
-            s5(obj, f)
-            s6(obj, g)
-            s7(obj, h)
-            s8(obj, i)
-            return obj
-        return make9
-    return cls
+    params = ", ".join(f"_{i}" for i in range(len(names)))
+    body = "".join(f"    self.{name} = _{i}\n" for i, name in enumerate(names))
+    namespace: dict[str, object] = {"_cls": cls}
+    exec(f"def __init__(self, {params}):\n{body}    self.__class__ = _cls\n", namespace)  # noqa: S102
+    twin = type(f"_{cls.__name__}Twin", (), {"__slots__": names, "__init__": namespace["__init__"]})
+    try:
+        probe = twin(*range(len(names)))
+    except TypeError:  # pragma: no cover - a layout CPython will not swap
+        return cls
+    if type(probe) is not cls or tuple(getattr(probe, n) for n in names) != tuple(range(len(names))):
+        return cls  # pragma: no cover
+    return twin
 
 
 _new_pos = _fast_constructor(Pos, ("file", "line", "col", "end_line", "end_col"))
@@ -190,6 +149,8 @@ _const = _fast_constructor(Const, ("value",))
 _sym = _fast_constructor(Sym, ("text",))
 _cond = _fast_constructor(Cond, ("id", "text", "taken"))
 _seq = _fast_constructor(Seq, ("items", "kind"))
+_param = _fast_constructor(Param, ("name", "default", "kind"))
+_layer_def = _fast_constructor(LayerDef, ("attr", "type", "args", "kwargs", "items", "guard", "pos"))
 _VARS: dict[str, Var] = {}  # one Var per SSA name of the file being extracted (cleared after it)
 
 
@@ -404,8 +365,9 @@ class _FileExtractor:
             init = klass.methods.get("__init__")
             if init is not None:
                 layers.extend(_InitExtractor(self, init).run())
-        called = _called_self_attrs(info.node, self.src)
-        layers = [layer for layer in layers if layer.type != "?" or layer.attr in called]
+        if any(layer.type == "?" for layer in layers):  # the text search only where it can drop one
+            called = _called_self_attrs(info.node, self.src)
+            layers = [layer for layer in layers if layer.type != "?" or layer.attr in called]
         table: dict[str, list[LayerDef]] = {}
         for layer in layers:
             table.setdefault(layer.attr, []).append(layer)
@@ -480,7 +442,7 @@ class _InitExtractor:
                 self.layers.append(item)
         elif func.attr == "register_buffer" and isinstance(func.value, ast.Name) and func.value.id == "self" \
                 and len(call.args) >= 2 and isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, str):
-            self.layers.append(LayerDef(f"self.{call.args[0].value}", "buffer", (), (), (), guard, self.fx.src.pos(call)))
+            self.layers.append(_layer_def(f"self.{call.args[0].value}", "buffer", (), (), (), guard, self.fx.src.pos(call)))
         elif func.attr == "add_module" and isinstance(func.value, ast.Name) and func.value.id == "self" \
                 and len(call.args) >= 2 and isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, str):
             item = self.layer(f"self.{call.args[0].value}", call.args[1], guard, call)
@@ -521,25 +483,25 @@ class _InitExtractor:
                 items = self.container_items(attr, value.args if callee == "torch.nn.Sequential" else value.args[:1],
                                              guard, callee)
                 args = () if items else args
-            return LayerDef(attr, callee, args, kwargs, items, guard, pos)
+            return _layer_def(attr, callee, args, kwargs, items, guard, pos)
         if isinstance(value, ast.Subscript):
             kind = self.subscript_type(value)
             if kind is not None:
-                return LayerDef(attr, kind, (), (), (), guard, pos)
+                return _layer_def(attr, kind, (), (), (), guard, pos)
             return None
         if isinstance(value, ast.Name) and value.id in self.local_layers:
             local = self.local_layers[value.id]
-            return LayerDef(attr, local.type, local.args, local.kwargs, local.items, guard, pos)
+            return _layer_def(attr, local.type, local.args, local.kwargs, local.items, guard, pos)
         other = _self_attr(value)
         if other is not None:
             # attribute assigned from another attribute: the same module under two names
             for previous in reversed(self.layers):
                 if previous.attr == other:
-                    return LayerDef(attr, previous.type, previous.args, previous.kwargs, previous.items, guard, pos)
+                    return _layer_def(attr, previous.type, previous.args, previous.kwargs, previous.items, guard, pos)
             return None
         if isinstance(value, ast.Attribute) and _mentions_config(value):
             # a module chosen by configuration (`self.act = config.hidden_act`): type unknown
-            return LayerDef(attr, "?", (_sym(fx.src.segment(value)),), (), (), guard, pos)
+            return _layer_def(attr, "?", (_sym(fx.src.segment(value)),), (), (), guard, pos)
         return None
 
     def subscript_type(self, value: ast.Subscript) -> str | None:
@@ -733,18 +695,18 @@ class _MethodExtractor:
         for i, (arg, default) in enumerate(zip(positional, defaults, strict=True)):
             if i == 0 and skip_self and arg.arg in ("self", "cls"):
                 continue
-            params.append(Param(arg.arg, _const_or_sym(default, self.src) if default is not None else None))
+            params.append(_param(arg.arg, _const_or_sym(default, self.src) if default is not None else None, "normal"))
             env[arg.arg] = self.fresh(arg.arg)
             if default is not None and isinstance(_literal(default), (int, float)) and not isinstance(_literal(default), bool):
                 self.kinds[env[arg.arg]] = "scalar"
         if args.vararg:
-            params.append(Param(args.vararg.arg, None, "vararg"))
+            params.append(_param(args.vararg.arg, None, "vararg"))
             env[args.vararg.arg] = self.fresh(args.vararg.arg)
         for arg, default in zip(args.kwonlyargs, args.kw_defaults, strict=True):
-            params.append(Param(arg.arg, _const_or_sym(default, self.src) if default is not None else None, "kwonly"))
+            params.append(_param(arg.arg, _const_or_sym(default, self.src) if default is not None else None, "kwonly"))
             env[arg.arg] = self.fresh(arg.arg)
         if args.kwarg:
-            params.append(Param(args.kwarg.arg, None, "varkw"))
+            params.append(_param(args.kwarg.arg, None, "varkw"))
             env[args.kwarg.arg] = self.fresh(args.kwarg.arg)
         return tuple(params), env
 
@@ -898,7 +860,7 @@ class _MethodExtractor:
             out = self.fresh(name)
             if all(self.kinds.get(v.name) == "scalar" for v in inputs):
                 self.kinds[out] = "scalar"
-            self.nodes.append(Node("phi", "phi", inputs, meta, (out,), None, guard, None, self.via))
+            self.nodes.append(_new_node("phi", "phi", inputs, meta, (out,), None, guard, None, self.via))
             merged[name] = out
         return merged
 
@@ -1203,7 +1165,7 @@ class _MethodExtractor:
                 tmp = self.emit("op", "assign", (value,), (), (*guard, _cond(cid, text, taken)), e)
                 inputs.append(_var(tmp[0]))
         meta: tuple[tuple[str, Operand], ...] = (("if", _const(cid)),) + ((("test", test),) if isinstance(test, Var) else ())
-        self.nodes.append(Node("phi", "phi", tuple(inputs), meta, (out,), None, guard, None, self.via))
+        self.nodes.append(_new_node("phi", "phi", tuple(inputs), meta, (out,), None, guard, None, self.via))
         return _var(out)
 
     def binary(self, opname: str, left: Operand, right: Operand, guard: tuple[Cond, ...], at: ast.AST,
@@ -1429,7 +1391,7 @@ class _MethodExtractor:
                 inputs.append(_var(tmp[0]))
         out = self.fresh(f"_{fn.name}")
         self.generated.add(out)
-        self.nodes.append(Node("phi", "phi", tuple(inputs), (), (out,), None, guard, None, self.via))
+        self.nodes.append(_new_node("phi", "phi", tuple(inputs), (), (out,), None, guard, None, self.via))
         return _var(out)
 
 
