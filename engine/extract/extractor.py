@@ -151,14 +151,18 @@ _cond = _fast_constructor(Cond, ("id", "text", "taken"))
 _seq = _fast_constructor(Seq, ("items", "kind"))
 _param = _fast_constructor(Param, ("name", "default", "kind"))
 _layer_def = _fast_constructor(LayerDef, ("attr", "type", "args", "kwargs", "items", "guard", "pos"))
-_VARS: dict[str, Var] = {}  # one Var per SSA name of the file being extracted (cleared after it)
+class _Interned(dict):
+    """SSA name -> its one Var: `_VARS[name]` looks up in C and builds a Var only when missing."""
+
+    __slots__ = ()
+
+    def __missing__(self, name: str) -> Var:
+        found = self[name] = _new_var(name)
+        return found
 
 
-def _var(name: str) -> Var:
-    found = _VARS.get(name)
-    if found is None:
-        found = _VARS[name] = _new_var(name)
-    return found
+_VARS: dict[str, Var] = _Interned()  # one Var per SSA name of the file being extracted (cleared after it)
+_var = _VARS.__getitem__
 
 _new_node = _fast_constructor(Node, ("kind", "op", "inputs", "kwargs", "outputs", "target", "guard", "pos", "via"))
 
@@ -636,6 +640,7 @@ class _MethodExtractor:
         self.generated: set[str] = set()  # temporaries and merge results made up by extraction
         self.avoid_temps = fx.src.temp_like_names()
         self.positions = fx.src.positions
+        self.path = fx.src.path
 
     # -- names ------------------------------------------------------------------------------
 
@@ -729,7 +734,8 @@ class _MethodExtractor:
                 outputs = tuple(self.temp() for _ in range(n_out))
         pos = self.positions.get(id(at))
         if pos is None:
-            pos = self.src.pos(at)
+            pos = self.positions[id(at)] = _new_pos(self.path, at.lineno, at.col_offset,  # type: ignore[attr-defined]
+                                                    at.end_lineno, at.end_col_offset)  # type: ignore[attr-defined]
         self.nodes.append(_new_node(kind, op, inputs, kwargs, outputs, target, guard, pos, self.via))
         return outputs
 
@@ -856,7 +862,7 @@ class _MethodExtractor:
                 if va is not None or vb is not None:
                     merged[name] = va if va is not None else vb  # type: ignore[assignment]
                 continue
-            inputs = tuple(_var(v) for v in (va, vb) if v is not None)
+            inputs = tuple(_VARS[v] for v in (va, vb) if v is not None)
             out = self.fresh(name)
             if all(self.kinds.get(v.name) == "scalar" for v in inputs):
                 self.kinds[out] = "scalar"
@@ -901,7 +907,7 @@ class _MethodExtractor:
                 value = self.expr(iterable, scope, guard) if _has_data(iterable, scope) else None
                 if value is not None:
                     out = self.emit("op", "iter", (value,), (), inside, iterable)
-                    self.bind(target, _var(out[0]), iterable, scope, inside, stmt)
+                    self.bind(target, _VARS[out[0]], iterable, scope, inside, stmt)
                 else:
                     for name in _names(target):
                         scope.env.pop(name, None)
@@ -978,7 +984,7 @@ class _MethodExtractor:
                 if isinstance(sub, ast.Starred):
                     sub = sub.value
                 item = self.emit("op", "getitem", (value, _const(i)), (), guard, at)
-                self.bind(sub, _var(item[0]), None, scope, guard, at)
+                self.bind(sub, _VARS[item[0]], None, scope, guard, at)
         elif isinstance(target, ast.Attribute):
             owner = _self_attr(target)
             if owner is not None or isinstance(target.value, ast.Name) and target.value.id == "self":
@@ -1061,7 +1067,7 @@ class _MethodExtractor:
         if t is ast.Name:
             ssa = scope.env.get(e.id)  # type: ignore[attr-defined]
             if ssa is not None:
-                return _var(ssa)
+                return _VARS[ssa]
             if e.id in scope.layers:  # type: ignore[attr-defined]
                 return _sym(scope.layers[e.id])  # type: ignore[attr-defined]
             return _sym(e.id)  # type: ignore[attr-defined]
@@ -1077,10 +1083,10 @@ class _MethodExtractor:
         if handler is not None:
             return handler(self, e, scope, guard)
         # comprehensions, lambdas, f-strings, dicts, ... over data: one opaque node
-        inputs = tuple(_var(scope.env[n]) for n in _data_names(e, scope))
+        inputs = tuple(_VARS[scope.env[n]] for n in _data_names(e, scope))
         kind = t.__name__.lower()
         out = self.emit("op", kind, inputs, (("text", _sym(self.src.segment(e))),), guard, e)
-        return _var(out[0])
+        return _VARS[out[0]]
 
     def binop_expr(self, e: ast.BinOp, scope: _Scope, guard: tuple[Cond, ...]) -> Operand:
         left = self.expr(e.left, scope, guard)
@@ -1094,7 +1100,7 @@ class _MethodExtractor:
         out = self.emit("op", C.UNARY[type(e.op).__name__], (operand,), (), guard, e)
         if isinstance(operand, Var) and self.kinds.get(operand.name) == "scalar":
             self.kinds[out[0]] = "scalar"
-        return _var(out[0])
+        return _VARS[out[0]]
 
     def attribute_expr(self, e: ast.Attribute, scope: _Scope, guard: tuple[Cond, ...]) -> Operand:
         if isinstance(e.value, ast.Name) and e.value.id == "self":
@@ -1105,7 +1111,7 @@ class _MethodExtractor:
             self.kinds[out[0]] = "shape"  # x.shape[-1] is a number
         elif e.attr == "ndim":
             self.kinds[out[0]] = "scalar"
-        return _var(out[0])
+        return _VARS[out[0]]
 
     def subscript_expr(self, e: ast.Subscript, scope: _Scope, guard: tuple[Cond, ...]) -> Operand:
         obj = self.expr(e.value, scope, guard)
@@ -1116,7 +1122,7 @@ class _MethodExtractor:
             self.kinds[out[0]] = "scalar"
         elif isinstance(obj, Var) and self.kinds.get(obj.name) == "shape":
             self.kinds[out[0]] = "shape"
-        return _var(out[0])
+        return _VARS[out[0]]
 
     def sequence_expr(self, e: ast.Tuple | ast.List, scope: _Scope, guard: tuple[Cond, ...]) -> Operand:
         items = tuple([self.expr(item.value if type(item) is ast.Starred else item, scope, guard)
@@ -1128,12 +1134,12 @@ class _MethodExtractor:
         rights = [self.expr(c, scope, guard) for c in e.comparators]
         op = "compare:" + ",".join(type(o).__name__.lower() for o in e.ops)
         out = self.emit("op", op, (left, *rights), (), guard, e)
-        return _var(out[0])
+        return _VARS[out[0]]
 
     def boolop_expr(self, e: ast.BoolOp, scope: _Scope, guard: tuple[Cond, ...]) -> Operand:
         values = tuple([self.expr(v, scope, guard) for v in e.values])
         out = self.emit("op", type(e.op).__name__.lower(), values, (), guard, e)
-        return _var(out[0])
+        return _VARS[out[0]]
 
     def starred_expr(self, e: ast.Starred, scope: _Scope, guard: tuple[Cond, ...]) -> Operand:
         return self.expr(e.value, scope, guard)
@@ -1141,7 +1147,7 @@ class _MethodExtractor:
     def named_expr(self, e: ast.NamedExpr, scope: _Scope, guard: tuple[Cond, ...]) -> Operand:
         value = self.expr(e.value, scope, guard)
         self.bind(e.target, value, e.value, scope, guard, e)
-        return _var(scope.env[e.target.id]) if e.target.id in scope.env else value
+        return _VARS[scope.env[e.target.id]] if e.target.id in scope.env else value
 
     def index_operand(self, index: ast.expr) -> Operand:
         literal = _literal(index)
@@ -1163,10 +1169,10 @@ class _MethodExtractor:
                 inputs.append(value)
             else:
                 tmp = self.emit("op", "assign", (value,), (), (*guard, _cond(cid, text, taken)), e)
-                inputs.append(_var(tmp[0]))
+                inputs.append(_VARS[tmp[0]])
         meta: tuple[tuple[str, Operand], ...] = (("if", _const(cid)),) + ((("test", test),) if isinstance(test, Var) else ())
         self.nodes.append(_new_node("phi", "phi", tuple(inputs), meta, (out,), None, guard, None, self.via))
-        return _var(out)
+        return _VARS[out]
 
     def binary(self, opname: str, left: Operand, right: Operand, guard: tuple[Cond, ...], at: ast.AST,
                scope: _Scope) -> Operand:
@@ -1176,11 +1182,11 @@ class _MethodExtractor:
         if left_scalar and right_scalar:
             out = self.emit("op", op, (left, right), (), guard, at)
             self.kinds[out[0]] = "scalar"
-            return _var(out[0])
+            return _VARS[out[0]]
         if op == "pow" and right_scalar:
             # `x ** 2` is the same node as `torch.pow(x, 2)` and `x.pow(2)`
             out = self.emit("op", "pow", (left,), (("exponent", right),), guard, at)
-            return _var(out[0])
+            return _VARS[out[0]]
         if op in ("mul", "div") and (right_scalar or left_scalar and op == "mul"):
             # a tensor times or over a number: one `scale` node whose factor multiplies.
             # `x * d ** -0.5`, `x * self.scale` keep their factor; `x / math.sqrt(d)` has the factor
@@ -1189,9 +1195,9 @@ class _MethodExtractor:
             if op == "div":
                 factor = _sym(f"1 / {_parenthesize(self.python_text(factor))}")
             out = self.emit("op", "scale", (tensor, factor), (), guard, at)
-            return _var(out[0])
+            return _VARS[out[0]]
         out = self.emit("op", op, (left, right), (), guard, at)
-        return _var(out[0])
+        return _VARS[out[0]]
 
     def python_text(self, operand: Operand) -> str:
         """An operand as Python source at this point of the method."""
@@ -1264,7 +1270,7 @@ class _MethodExtractor:
             callee = self.expr(func, scope, guard)
             args, kwargs = self.arguments(e, scope, guard)
             out = self.emit("op", "call", (callee, *args), kwargs, guard, e)
-            return _var(out[0])
+            return _VARS[out[0]]
         return self.op_call(name, False, None, e, scope, guard)
 
     def arguments(self, e: ast.Call, scope: _Scope, guard: tuple[Cond, ...]) -> tuple[tuple[Operand, ...], tuple[tuple[str, Operand], ...]]:
@@ -1293,7 +1299,7 @@ class _MethodExtractor:
             self.kinds[out[0]] = "scalar"
         elif (is_method and name == "size" and not args) or op == "getattr":
             self.kinds[out[0]] = "shape"
-        return _var(out[0])
+        return _VARS[out[0]]
 
     def layer_call(self, target: str, e: ast.Call, scope: _Scope, guard: tuple[Cond, ...]) -> Operand:
         layer = self.lookup_layer(target)
@@ -1303,11 +1309,11 @@ class _MethodExtractor:
             value = self.expr(e.args[0], scope, guard)
             for item in layer.items:
                 out = self.emit("layer", item.type, (value,), (), guard, e, target=item.attr)
-                value = _var(out[0])
+                value = _VARS[out[0]]
             return value
         args, kwargs = self.arguments(e, scope, guard)
         out = self.emit("layer", self.layer_type(target), args, kwargs, guard, e, target=target)
-        return _var(out[0])
+        return _VARS[out[0]]
 
     def find_method(self, name: str) -> ast.FunctionDef | None:
         for klass in self.chain:
@@ -1388,11 +1394,11 @@ class _MethodExtractor:
                 inputs.append(value)
             else:
                 tmp = self.emit("op", "assign", (value,), (), ret_guard, e)
-                inputs.append(_var(tmp[0]))
+                inputs.append(_VARS[tmp[0]])
         out = self.fresh(f"_{fn.name}")
         self.generated.add(out)
         self.nodes.append(_new_node("phi", "phi", tuple(inputs), (), (out,), None, guard, None, self.via))
-        return _var(out)
+        return _VARS[out]
 
 
 MODULE_CLASS = "__module__"
