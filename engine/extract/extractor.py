@@ -61,6 +61,7 @@ class Source:
         self._offsets: list[int] | None = None
         self._temps: set[str] | None = None
         self.positions: dict[int, Pos] = {}  # id(ast node) -> Pos; the tree outlives this Source
+        self._unparsed: dict[int, str] = {}  # id(ast node) -> its text by ast.unparse
 
     def temp_like_names(self) -> set[str]:
         """Identifiers of the file that look like our temporaries (`_t12`), to avoid them."""
@@ -86,9 +87,15 @@ class Source:
             last = _decode_slice(self.lines[end_line - 1], 0, end_col)
             raw = first + middle + last
         if "\n" in raw or "  " in raw:
-            if "'" in raw or '"' in raw:
+            if ("'" in raw or '"' in raw) and isinstance(node, ast.AST):
+                # unparsing is slow and the same expression can be asked for again (inlined
+                # helpers, loop texts): kept per node (the tree outlives this Source)
+                found = self._unparsed.get(id(node))
+                if found is not None:
+                    return found
                 try:
-                    return ast.unparse(node)
+                    found = self._unparsed[id(node)] = ast.unparse(node)
+                    return found
                 except Exception:  # pragma: no cover - defensive
                     pass
             raw = " ".join(raw.split())
@@ -782,7 +789,7 @@ class _MethodExtractor:
         elif t is ast.With or t is ast.AsyncWith:
             for item in stmt.items:
                 if _has_data(item.context_expr, scope):
-                    self.expr(item.context_expr, scope, guard)
+                    self.data_expr(item.context_expr, scope, guard)
             return self.block(stmt.body, scope, guard)
         elif t is ast.Try:
             return self.try_statement(stmt, scope, guard)
@@ -804,7 +811,7 @@ class _MethodExtractor:
         return guard
 
     def if_statement(self, stmt: ast.If, scope: _Scope, guard: tuple[Cond, ...]) -> tuple[Cond, ...]:
-        test = self.expr(stmt.test, scope, guard) if _has_data(stmt.test, scope) else None
+        test = self.data_expr(stmt.test, scope, guard) if _has_data(stmt.test, scope) else None
         text = self.src.segment(stmt.test)
         if self.cond_count >= MAX_CONDS_PER_METHOD:
             self.notes.append(f"line {stmt.lineno}: more than {MAX_CONDS_PER_METHOD} branches; later ones flattened")
@@ -846,6 +853,8 @@ class _MethodExtractor:
         """Phi nodes for names that differ between branch `a` (condition `cid` true) and `b`. A phi
         records the condition (`if=`) and, when the test reads data, its value (`test=`)."""
         merged = dict(before)
+        if a == before and b == before:  # neither branch (re)bound a name: the common case
+            return merged
         meta: tuple[tuple[str, Operand], ...] = ()
         if cid is not None:
             meta = (("if", _const(cid)),) + ((("test", test),) if isinstance(test, Var) else ())
@@ -904,7 +913,7 @@ class _MethodExtractor:
                     scope.layers[names.id] = element
                     scope.env.pop(names.id, None)
             else:
-                value = self.expr(iterable, scope, guard) if _has_data(iterable, scope) else None
+                value = self.data_expr(iterable, scope, guard) if _has_data(iterable, scope) else None
                 if value is not None:
                     out = self.emit("op", "iter", (value,), (), inside, iterable)
                     self.bind(target, _VARS[out[0]], iterable, scope, inside, stmt)
@@ -1064,13 +1073,16 @@ class _MethodExtractor:
         if e is None:
             return _const(None)
         t = type(e)
-        if t is ast.Name:
+        if t is _Name:
             ssa = scope.env.get(e.id)  # type: ignore[attr-defined]
             if ssa is not None:
                 return _VARS[ssa]
             if e.id in scope.layers:  # type: ignore[attr-defined]
                 return _sym(scope.layers[e.id])  # type: ignore[attr-defined]
             return _sym(e.id)  # type: ignore[attr-defined]
+        if t is _Constant:  # reads no data: its literal, or its text (bytes, NaN, complex)
+            literal = _literal(e)
+            return _const(literal) if literal is not _NOT_LITERAL else _sym(self.src.segment(e))
         if not _has_data(e, scope):
             literal = _literal(e)
             if literal is not _NOT_LITERAL:
@@ -1079,9 +1091,16 @@ class _MethodExtractor:
                 pass  # a layer called on no data (e.g. self.embed(self.position_ids)) is still a node
             else:
                 return _sym(self.src.segment(e))
+        return self.data_expr(e, scope, guard)
+
+    def data_expr(self, e: ast.expr, scope: _Scope, guard: tuple[Cond, ...]) -> Operand:
+        """`expr` of an expression known to read data (`_has_data(e, scope)` was just found true)."""
+        t = type(e)
         handler = _EXPR_HANDLERS.get(t)
         if handler is not None:
             return handler(self, e, scope, guard)
+        if t is _Name:
+            return self.expr(e, scope, guard)
         # comprehensions, lambdas, f-strings, dicts, ... over data: one opaque node
         inputs = tuple(_VARS[scope.env[n]] for n in _data_names(e, scope))
         kind = t.__name__.lower()
@@ -1115,7 +1134,7 @@ class _MethodExtractor:
 
     def subscript_expr(self, e: ast.Subscript, scope: _Scope, guard: tuple[Cond, ...]) -> Operand:
         obj = self.expr(e.value, scope, guard)
-        index = self.expr(e.slice, scope, guard) if _has_data(e.slice, scope) else self.index_operand(e.slice)
+        index = self.data_expr(e.slice, scope, guard) if _has_data(e.slice, scope) else self.index_operand(e.slice)
         out = self.emit("op", "getitem", (obj, index), (), guard, e)
         if isinstance(obj, Var) and (self.kinds.get(obj.name) == "shape" and isinstance(index, Const)
                                      and isinstance(index.value, int)):
@@ -1156,7 +1175,7 @@ class _MethodExtractor:
         return _sym(self.src.segment(index))
 
     def if_expression(self, e: ast.IfExp, scope: _Scope, guard: tuple[Cond, ...]) -> Operand:
-        test = self.expr(e.test, scope, guard) if _has_data(e.test, scope) else None
+        test = self.data_expr(e.test, scope, guard) if _has_data(e.test, scope) else None
         cid = self.new_cond(e.test)
         text = self.src.segment(e.test)
         yes = self.expr(e.body, scope, (*guard, _cond(cid, text, True)))
@@ -1262,7 +1281,7 @@ class _MethodExtractor:
                 return inlined
         # 4. a tensor method: x.view(...), x.softmax(-1)
         if isinstance(func, ast.Attribute) and _has_data(func.value, scope):
-            receiver = self.expr(func.value, scope, guard)
+            receiver = self.data_expr(func.value, scope, guard)
             return self.op_call(func.attr, True, receiver, e, scope, guard)
         # 5. a function: torch.matmul(a, b), F.softmax(x, dim=-1), math.sqrt(d)
         name = self.fx.imports.qualify(func)
@@ -1274,9 +1293,31 @@ class _MethodExtractor:
         return self.op_call(name, False, None, e, scope, guard)
 
     def arguments(self, e: ast.Call, scope: _Scope, guard: tuple[Cond, ...]) -> tuple[tuple[Operand, ...], tuple[tuple[str, Operand], ...]]:
-        args = tuple([self.expr(a.value if type(a) is ast.Starred else a, scope, guard) for a in e.args])
-        kwargs = tuple([(k.arg or "**", self.expr(k.value, scope, guard)) for k in e.keywords]) if e.keywords else ()
-        return args, kwargs
+        env = scope.env
+        expr = self.expr
+        args: list[Operand] = []
+        for a in e.args:
+            ta = type(a)
+            if ta is _Name:  # the common case, without a call of `expr`
+                ssa = env.get(a.id)
+                if ssa is not None:
+                    args.append(_VARS[ssa])
+                    continue
+            elif ta is ast.Starred:
+                a = a.value
+            args.append(expr(a, scope, guard))
+        if not e.keywords:
+            return tuple(args), ()
+        kwargs: list[tuple[str, Operand]] = []
+        for k in e.keywords:
+            value = k.value
+            if type(value) is _Name:
+                ssa = env.get(value.id)
+                if ssa is not None:
+                    kwargs.append((k.arg or "**", _VARS[ssa]))
+                    continue
+            kwargs.append((k.arg or "**", expr(value, scope, guard)))
+        return tuple(args), tuple(kwargs)
 
     def op_call(self, name: str, is_method: bool, receiver: Operand | None, e: ast.Call, scope: _Scope,
                 guard: tuple[Cond, ...]) -> Operand:
@@ -1414,6 +1455,9 @@ def _parenthesize(text: str) -> str:
     return text if simple or (text.startswith("(") and text.endswith(")")) else f"({text})"
 
 
+_Name, _Constant, _Attribute, _Call = ast.Name, ast.Constant, ast.Attribute, ast.Call
+_BinOp, _Subscript, _Tuple, _List = ast.BinOp, ast.Subscript, ast.Tuple, ast.List
+_AST = ast.AST
 _MAY_NAME_A_LAYER = {ast.Name, ast.Attribute, ast.Subscript}  # what `layer_target` can resolve
 
 _EXPR_HANDLERS = {
@@ -1501,49 +1545,57 @@ def _has_data(e: ast.AST, scope: _Scope) -> bool:
     are decided structurally; anything else on its source text (identifiers not preceded by a dot
     and not keyword argument names), which is cheaper than walking the subtree. A name inside a
     string literal can give a false "yes": the expression is then unchained into nodes instead of
-    kept as one symbol, which changes no data flow."""
+    kept as one symbol, which changes no data flow.
+
+    Names and attribute chains below a call or an operator are decided in place (no call per
+    operand): this runs for every subexpression that `expr` unchains."""
     t = type(e)
-    if t is ast.Name:
+    if t is _Name:
         return e.id in scope.env or e.id in scope.layers  # type: ignore[attr-defined]
-    if t is ast.Constant:
+    if t is _Constant:
         return False
-    if t is ast.Attribute:
-        tensors = scope.tensors
-        while True:
-            value = e.value  # type: ignore[attr-defined]
-            tv = type(value)
-            if tv is ast.Name:
-                if tensors and value.id == "self" and f"self.{e.attr}" in tensors:  # type: ignore[attr-defined]
-                    return True
-                return value.id in scope.env or value.id in scope.layers
-            if tv is not ast.Attribute:
-                return _has_data(value, scope)
-            e = value
-    if t is ast.Call:
+    if t is _Attribute:
+        return _attribute_has_data(e, scope)
+    if t is _Call:
         env, layers = scope.env, scope.layers
-        if _has_data(e.func, scope):  # type: ignore[attr-defined]
+        func = e.func  # type: ignore[attr-defined]
+        tf = type(func)
+        if tf is _Attribute:
+            if _attribute_has_data(func, scope):
+                return True
+        elif tf is _Name:
+            if func.id in env or func.id in layers:
+                return True
+        elif _has_data(func, scope):
             return True
         for arg in e.args:  # type: ignore[attr-defined]
             ta = type(arg)
-            if ta is ast.Name:
+            if ta is _Name:
                 if arg.id in env or arg.id in layers:
                     return True
-            elif ta is not ast.Constant and _has_data(arg, scope):
+            elif ta is not _Constant and _has_data(arg, scope):
                 return True
         for kw in e.keywords:  # type: ignore[attr-defined]
             value = kw.value
             ta = type(value)
-            if ta is ast.Name:
+            if ta is _Name:
                 if value.id in env or value.id in layers:
                     return True
-            elif ta is not ast.Constant and _has_data(value, scope):
+            elif ta is not _Constant and _has_data(value, scope):
                 return True
         return False
-    if t is ast.BinOp:
-        return _has_data(e.left, scope) or _has_data(e.right, scope)  # type: ignore[attr-defined]
-    if t is ast.Subscript:
+    if t is _BinOp:
+        for side in (e.left, e.right):  # type: ignore[attr-defined]
+            ts = type(side)
+            if ts is _Name:
+                if side.id in scope.env or side.id in scope.layers:
+                    return True
+            elif ts is not _Constant and _has_data(side, scope):
+                return True
+        return False
+    if t is _Subscript:
         return _has_data(e.value, scope) or _has_data(e.slice, scope)  # type: ignore[attr-defined]
-    if t is ast.Tuple or t is ast.List:
+    if t is _Tuple or t is _List:
         for item in e.elts:  # type: ignore[attr-defined]
             if _has_data(item, scope):
                 return True
@@ -1570,9 +1622,40 @@ def _has_data(e: ast.AST, scope: _Scope) -> bool:
     return False
 
 
+def _attribute_has_data(e: ast.Attribute, scope: _Scope) -> bool:
+    """`_has_data` of an attribute chain (`self.weight`, `x.shape`, `config.hidden_size`)."""
+    tensors = scope.tensors
+    while True:
+        value = e.value
+        tv = type(value)
+        if tv is _Name:
+            if tensors and value.id == "self" and f"self.{e.attr}" in tensors:  # type: ignore[attr-defined]
+                return True
+            return value.id in scope.env or value.id in scope.layers  # type: ignore[attr-defined]
+        if tv is not _Attribute:
+            return _has_data(value, scope)
+        e = value  # type: ignore[assignment]
+
+
 def _data_names(e: ast.AST, scope: _Scope) -> list[str]:
+    """Tracked names an expression reads, in the order of `ast.walk` (breadth first), which is
+    walked here without its generators."""
+    env = scope.env
     seen: dict[str, None] = {}
-    for node in ast.walk(e):
-        if isinstance(node, ast.Name) and node.id in scope.env:
+    todo = [e]
+    append = todo.append
+    for node in todo:  # grows while it is walked: breadth first, like ast.walk
+        if isinstance(node, _Name) and node.id in env:
             seen.setdefault(node.id, None)
+        for name in node._fields:
+            try:
+                value = getattr(node, name)
+            except AttributeError:
+                continue
+            if isinstance(value, _AST):
+                append(value)
+            elif isinstance(value, list):
+                for item in value:
+                    if isinstance(item, _AST):
+                        append(item)
     return list(seen)
