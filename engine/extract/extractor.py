@@ -294,6 +294,7 @@ class _FileExtractor:
         self.classes: dict[str, ClassInfo] = {}
         self.diagnostics: list[Diagnostic] = []
         self._generators: dict[int, bool] = {}
+        self._init_layers: dict[int, tuple[LayerDef, ...]] = {}  # id(__init__) -> its layers (the tree outlives this)
         self.tensor_attrs_cache: dict[int, tuple[dict[str, list[LayerDef]], frozenset[str]]] = {}
         for stmt in tree.body:
             if isinstance(stmt, ast.FunctionDef):
@@ -305,6 +306,14 @@ class _FileExtractor:
                     if isinstance(item, ast.FunctionDef):
                         info.methods[item.name] = item
                 self.classes[stmt.name] = info
+
+    def init_layers(self, init: ast.FunctionDef) -> tuple[LayerDef, ...]:
+        """The layers an `__init__` of this file builds; a base class's `__init__` is read once for
+        all its subclasses (the result depends on the function and the file only)."""
+        found = self._init_layers.get(id(init))
+        if found is None:
+            found = self._init_layers[id(init)] = tuple(_InitExtractor(self, init).run())
+        return found
 
     def is_generator(self, fn: ast.FunctionDef) -> bool:
         known = self._generators.get(id(fn))
@@ -375,7 +384,7 @@ class _FileExtractor:
         for klass in reversed(chain):
             init = klass.methods.get("__init__")
             if init is not None:
-                layers.extend(_InitExtractor(self, init).run())
+                layers.extend(self.init_layers(init))
         if any(layer.type == "?" for layer in layers):  # the text search only where it can drop one
             called = _called_self_attrs(info.node, self.src)
             layers = [layer for layer in layers if layer.type != "?" or layer.attr in called]
