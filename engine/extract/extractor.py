@@ -862,17 +862,25 @@ class _MethodExtractor:
         """Phi nodes for names that differ between branch `a` (condition `cid` true) and `b`. A phi
         records the condition (`if=`) and, when the test reads data, its value (`test=`)."""
         merged = dict(before)
-        if a == before and b == before:  # neither branch (re)bound a name: the common case
-            return merged
+        # names bound alike on both sides and as before need nothing; nor does a name that one
+        # side keeps as before and the other unbinds (it stays as before)
+        get_before = before.get
+        if b == before:  # a loop body, or an `if` without `else`
+            if a == before:  # neither branch (re)bound a name: the common case
+                return merged
+            changed = [n for n, v in a.items() if get_before(n) != v]
+        elif a == before:
+            changed = [n for n, v in b.items() if get_before(n) != v]
+        else:
+            get_b = b.get
+            changed = [n for n, v in a.items() if get_b(n) != v or get_before(n) != v]
+            changed += [n for n in b if n not in a]
+        if len(changed) > 1:
+            changed.sort(key=lambda n: (n not in before, n))
         meta: tuple[tuple[str, Operand], ...] = ()
         if cid is not None:
             meta = (("if", _const(cid)),) + ((("test", test),) if isinstance(test, Var) else ())
-        # names bound alike on both sides and as before need nothing (set operations on the
-        # items, rather than a loop over every name in scope)
-        a_items, b_items = a.items(), b.items()
-        changed = {n for n, _ in a_items ^ b_items}
-        changed.update(n for n, _ in (a_items & b_items) - before.items())
-        for name in sorted(changed, key=lambda n: (n not in before, n)):
+        for name in changed:
             va, vb = a.get(name), b.get(name)
             if va == vb or va is None or vb is None:
                 # defined on one side only: later uses read that definition (on the other path
