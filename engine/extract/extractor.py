@@ -61,6 +61,7 @@ class Source:
         self._offsets: list[int] | None = None
         self._temps: set[str] | None = None
         self.positions: dict[int, Pos] = {}  # id(ast node) -> Pos; the tree outlives this Source
+        self._unparsed: dict[int, str] = {}  # id(ast node) -> its text by ast.unparse
 
     def temp_like_names(self) -> set[str]:
         """Identifiers of the file that look like our temporaries (`_t12`), to avoid them."""
@@ -86,9 +87,15 @@ class Source:
             last = _decode_slice(self.lines[end_line - 1], 0, end_col)
             raw = first + middle + last
         if "\n" in raw or "  " in raw:
-            if "'" in raw or '"' in raw:
+            if ("'" in raw or '"' in raw) and isinstance(node, ast.AST):
+                # unparsing is slow and the same expression can be asked for again (inlined
+                # helpers, loop texts): kept per node (the tree outlives this Source)
+                found = self._unparsed.get(id(node))
+                if found is not None:
+                    return found
                 try:
-                    return ast.unparse(node)
+                    found = self._unparsed[id(node)] = ast.unparse(node)
+                    return found
                 except Exception:  # pragma: no cover - defensive
                     pass
             raw = " ".join(raw.split())
@@ -120,68 +127,27 @@ class Source:
 def _fast_constructor(cls: type, names: tuple[str, ...]):
     """A constructor for a frozen, slotted IR dataclass taking every field positionally, without
     the generic frozen `__init__` (which sets each field through `object.__setattr__` by name).
-    Extraction builds hundreds of thousands of nodes; the result is the same object. Falls back to
-    the class itself if its fields are not exactly `names`."""
-    if tuple(f.name for f in fields(cls)) != names or not hasattr(cls, "__slots__"):
+    Extraction builds hundreds of thousands of nodes; the result is the same object.
+
+    The object is built as an instance of a private twin class with the same slots (plain
+    attribute stores, no frozen `__setattr__`) whose `__init__` then turns it into `cls` by
+    assigning `__class__` (allowed: the layouts are identical). Falls back to the class itself
+    if its fields are not exactly `names` or the twin cannot be made."""
+    slots = getattr(cls, "__slots__", None)
+    if tuple(f.name for f in fields(cls)) != names or tuple(slots or ()) != names or cls.__bases__ != (object,):
         return cls
-    setters = tuple(getattr(cls, name).__set__ for name in names)
-    new = object.__new__
-    if len(names) == 1:
-        (s0,) = setters
-
-        def make1(a):
-            obj = new(cls)
-            s0(obj, a)
-            return obj
-        return make1
-    if len(names) == 2:
-        s0, s1 = setters
-
-        def make2(a, b):
-            obj = new(cls)
-            s0(obj, a)
-            s1(obj, b)
-            return obj
-        return make2
-    if len(names) == 3:
-        s0, s1, s2 = setters
-
-        def make3(a, b, c):
-            obj = new(cls)
-            s0(obj, a)
-            s1(obj, b)
-            s2(obj, c)
-            return obj
-        return make3
-    if len(names) == 5:
-        s0, s1, s2, s3, s4 = setters
-
-        def make5(a, b, c, d, e):
-            obj = new(cls)
-            s0(obj, a)
-            s1(obj, b)
-            s2(obj, c)
-            s3(obj, d)
-            s4(obj, e)
-            return obj
-        return make5
-    if len(names) == 9:
-        s0, s1, s2, s3, s4, s5, s6, s7, s8 = setters
-
-        def make9(a, b, c, d, e, f, g, h, i):
-            obj = new(cls)
-            s0(obj, a)
-            s1(obj, b)
-            s2(obj, c)
-            s3(obj, d)
-            s4(obj, e)
-            s5(obj, f)
-            s6(obj, g)
-            s7(obj, h)
-            s8(obj, i)
-            return obj
-        return make9
-    return cls
+    params = ", ".join(f"_{i}" for i in range(len(names)))
+    body = "".join(f"    self.{name} = _{i}\n" for i, name in enumerate(names))
+    namespace: dict[str, object] = {"_cls": cls}
+    exec(f"def __init__(self, {params}):\n{body}    self.__class__ = _cls\n", namespace)  # noqa: S102
+    twin = type(f"_{cls.__name__}Twin", (), {"__slots__": names, "__init__": namespace["__init__"]})
+    try:
+        probe = twin(*range(len(names)))
+    except TypeError:  # pragma: no cover - a layout CPython will not swap
+        return cls
+    if type(probe) is not cls or tuple(getattr(probe, n) for n in names) != tuple(range(len(names))):
+        return cls  # pragma: no cover
+    return twin
 
 
 _new_pos = _fast_constructor(Pos, ("file", "line", "col", "end_line", "end_col"))
@@ -190,14 +156,20 @@ _const = _fast_constructor(Const, ("value",))
 _sym = _fast_constructor(Sym, ("text",))
 _cond = _fast_constructor(Cond, ("id", "text", "taken"))
 _seq = _fast_constructor(Seq, ("items", "kind"))
-_VARS: dict[str, Var] = {}  # one Var per SSA name of the file being extracted (cleared after it)
+_param = _fast_constructor(Param, ("name", "default", "kind"))
+_layer_def = _fast_constructor(LayerDef, ("attr", "type", "args", "kwargs", "items", "guard", "pos"))
+class _Interned(dict):
+    """SSA name -> its one Var: `_VARS[name]` looks up in C and builds a Var only when missing."""
+
+    __slots__ = ()
+
+    def __missing__(self, name: str) -> Var:
+        found = self[name] = _new_var(name)
+        return found
 
 
-def _var(name: str) -> Var:
-    found = _VARS.get(name)
-    if found is None:
-        found = _VARS[name] = _new_var(name)
-    return found
+_VARS: dict[str, Var] = _Interned()  # one Var per SSA name of the file being extracted (cleared after it)
+_var = _VARS.__getitem__
 
 _new_node = _fast_constructor(Node, ("kind", "op", "inputs", "kwargs", "outputs", "target", "guard", "pos", "via"))
 
@@ -322,6 +294,7 @@ class _FileExtractor:
         self.classes: dict[str, ClassInfo] = {}
         self.diagnostics: list[Diagnostic] = []
         self._generators: dict[int, bool] = {}
+        self._init_layers: dict[int, tuple[LayerDef, ...]] = {}  # id(__init__) -> its layers (the tree outlives this)
         self.tensor_attrs_cache: dict[int, tuple[dict[str, list[LayerDef]], frozenset[str]]] = {}
         for stmt in tree.body:
             if isinstance(stmt, ast.FunctionDef):
@@ -333,6 +306,14 @@ class _FileExtractor:
                     if isinstance(item, ast.FunctionDef):
                         info.methods[item.name] = item
                 self.classes[stmt.name] = info
+
+    def init_layers(self, init: ast.FunctionDef) -> tuple[LayerDef, ...]:
+        """The layers an `__init__` of this file builds; a base class's `__init__` is read once for
+        all its subclasses (the result depends on the function and the file only)."""
+        found = self._init_layers.get(id(init))
+        if found is None:
+            found = self._init_layers[id(init)] = tuple(_InitExtractor(self, init).run())
+        return found
 
     def is_generator(self, fn: ast.FunctionDef) -> bool:
         known = self._generators.get(id(fn))
@@ -403,9 +384,10 @@ class _FileExtractor:
         for klass in reversed(chain):
             init = klass.methods.get("__init__")
             if init is not None:
-                layers.extend(_InitExtractor(self, init).run())
-        called = _called_self_attrs(info.node, self.src)
-        layers = [layer for layer in layers if layer.type != "?" or layer.attr in called]
+                layers.extend(self.init_layers(init))
+        if any(layer.type == "?" for layer in layers):  # the text search only where it can drop one
+            called = _called_self_attrs(info.node, self.src)
+            layers = [layer for layer in layers if layer.type != "?" or layer.attr in called]
         table: dict[str, list[LayerDef]] = {}
         for layer in layers:
             table.setdefault(layer.attr, []).append(layer)
@@ -480,7 +462,7 @@ class _InitExtractor:
                 self.layers.append(item)
         elif func.attr == "register_buffer" and isinstance(func.value, ast.Name) and func.value.id == "self" \
                 and len(call.args) >= 2 and isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, str):
-            self.layers.append(LayerDef(f"self.{call.args[0].value}", "buffer", (), (), (), guard, self.fx.src.pos(call)))
+            self.layers.append(_layer_def(f"self.{call.args[0].value}", "buffer", (), (), (), guard, self.fx.src.pos(call)))
         elif func.attr == "add_module" and isinstance(func.value, ast.Name) and func.value.id == "self" \
                 and len(call.args) >= 2 and isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, str):
             item = self.layer(f"self.{call.args[0].value}", call.args[1], guard, call)
@@ -521,25 +503,25 @@ class _InitExtractor:
                 items = self.container_items(attr, value.args if callee == "torch.nn.Sequential" else value.args[:1],
                                              guard, callee)
                 args = () if items else args
-            return LayerDef(attr, callee, args, kwargs, items, guard, pos)
+            return _layer_def(attr, callee, args, kwargs, items, guard, pos)
         if isinstance(value, ast.Subscript):
             kind = self.subscript_type(value)
             if kind is not None:
-                return LayerDef(attr, kind, (), (), (), guard, pos)
+                return _layer_def(attr, kind, (), (), (), guard, pos)
             return None
         if isinstance(value, ast.Name) and value.id in self.local_layers:
             local = self.local_layers[value.id]
-            return LayerDef(attr, local.type, local.args, local.kwargs, local.items, guard, pos)
+            return _layer_def(attr, local.type, local.args, local.kwargs, local.items, guard, pos)
         other = _self_attr(value)
         if other is not None:
             # attribute assigned from another attribute: the same module under two names
             for previous in reversed(self.layers):
                 if previous.attr == other:
-                    return LayerDef(attr, previous.type, previous.args, previous.kwargs, previous.items, guard, pos)
+                    return _layer_def(attr, previous.type, previous.args, previous.kwargs, previous.items, guard, pos)
             return None
         if isinstance(value, ast.Attribute) and _mentions_config(value):
             # a module chosen by configuration (`self.act = config.hidden_act`): type unknown
-            return LayerDef(attr, "?", (_sym(fx.src.segment(value)),), (), (), guard, pos)
+            return _layer_def(attr, "?", (_sym(fx.src.segment(value)),), (), (), guard, pos)
         return None
 
     def subscript_type(self, value: ast.Subscript) -> str | None:
@@ -674,6 +656,7 @@ class _MethodExtractor:
         self.generated: set[str] = set()  # temporaries and merge results made up by extraction
         self.avoid_temps = fx.src.temp_like_names()
         self.positions = fx.src.positions
+        self.path = fx.src.path
 
     # -- names ------------------------------------------------------------------------------
 
@@ -733,18 +716,18 @@ class _MethodExtractor:
         for i, (arg, default) in enumerate(zip(positional, defaults, strict=True)):
             if i == 0 and skip_self and arg.arg in ("self", "cls"):
                 continue
-            params.append(Param(arg.arg, _const_or_sym(default, self.src) if default is not None else None))
+            params.append(_param(arg.arg, _const_or_sym(default, self.src) if default is not None else None, "normal"))
             env[arg.arg] = self.fresh(arg.arg)
             if default is not None and isinstance(_literal(default), (int, float)) and not isinstance(_literal(default), bool):
                 self.kinds[env[arg.arg]] = "scalar"
         if args.vararg:
-            params.append(Param(args.vararg.arg, None, "vararg"))
+            params.append(_param(args.vararg.arg, None, "vararg"))
             env[args.vararg.arg] = self.fresh(args.vararg.arg)
         for arg, default in zip(args.kwonlyargs, args.kw_defaults, strict=True):
-            params.append(Param(arg.arg, _const_or_sym(default, self.src) if default is not None else None, "kwonly"))
+            params.append(_param(arg.arg, _const_or_sym(default, self.src) if default is not None else None, "kwonly"))
             env[arg.arg] = self.fresh(arg.arg)
         if args.kwarg:
-            params.append(Param(args.kwarg.arg, None, "varkw"))
+            params.append(_param(args.kwarg.arg, None, "varkw"))
             env[args.kwarg.arg] = self.fresh(args.kwarg.arg)
         return tuple(params), env
 
@@ -767,7 +750,8 @@ class _MethodExtractor:
                 outputs = tuple(self.temp() for _ in range(n_out))
         pos = self.positions.get(id(at))
         if pos is None:
-            pos = self.src.pos(at)
+            pos = self.positions[id(at)] = _new_pos(self.path, at.lineno, at.col_offset,  # type: ignore[attr-defined]
+                                                    at.end_lineno, at.end_col_offset)  # type: ignore[attr-defined]
         self.nodes.append(_new_node(kind, op, inputs, kwargs, outputs, target, guard, pos, self.via))
         return outputs
 
@@ -814,7 +798,7 @@ class _MethodExtractor:
         elif t is ast.With or t is ast.AsyncWith:
             for item in stmt.items:
                 if _has_data(item.context_expr, scope):
-                    self.expr(item.context_expr, scope, guard)
+                    self.data_expr(item.context_expr, scope, guard)
             return self.block(stmt.body, scope, guard)
         elif t is ast.Try:
             return self.try_statement(stmt, scope, guard)
@@ -836,7 +820,7 @@ class _MethodExtractor:
         return guard
 
     def if_statement(self, stmt: ast.If, scope: _Scope, guard: tuple[Cond, ...]) -> tuple[Cond, ...]:
-        test = self.expr(stmt.test, scope, guard) if _has_data(stmt.test, scope) else None
+        test = self.data_expr(stmt.test, scope, guard) if _has_data(stmt.test, scope) else None
         text = self.src.segment(stmt.test)
         if self.cond_count >= MAX_CONDS_PER_METHOD:
             self.notes.append(f"line {stmt.lineno}: more than {MAX_CONDS_PER_METHOD} branches; later ones flattened")
@@ -878,15 +862,25 @@ class _MethodExtractor:
         """Phi nodes for names that differ between branch `a` (condition `cid` true) and `b`. A phi
         records the condition (`if=`) and, when the test reads data, its value (`test=`)."""
         merged = dict(before)
+        # names bound alike on both sides and as before need nothing; nor does a name that one
+        # side keeps as before and the other unbinds (it stays as before)
+        get_before = before.get
+        if b == before:  # a loop body, or an `if` without `else`
+            if a == before:  # neither branch (re)bound a name: the common case
+                return merged
+            changed = [n for n, v in a.items() if get_before(n) != v]
+        elif a == before:
+            changed = [n for n, v in b.items() if get_before(n) != v]
+        else:
+            get_b = b.get
+            changed = [n for n, v in a.items() if get_b(n) != v or get_before(n) != v]
+            changed += [n for n in b if n not in a]
+        if len(changed) > 1:
+            changed.sort(key=lambda n: (n not in before, n))
         meta: tuple[tuple[str, Operand], ...] = ()
         if cid is not None:
             meta = (("if", _const(cid)),) + ((("test", test),) if isinstance(test, Var) else ())
-        # names bound alike on both sides and as before need nothing (set operations on the
-        # items, rather than a loop over every name in scope)
-        a_items, b_items = a.items(), b.items()
-        changed = {n for n, _ in a_items ^ b_items}
-        changed.update(n for n, _ in (a_items & b_items) - before.items())
-        for name in sorted(changed, key=lambda n: (n not in before, n)):
+        for name in changed:
             va, vb = a.get(name), b.get(name)
             if va == vb or va is None or vb is None:
                 # defined on one side only: later uses read that definition (on the other path
@@ -894,11 +888,11 @@ class _MethodExtractor:
                 if va is not None or vb is not None:
                     merged[name] = va if va is not None else vb  # type: ignore[assignment]
                 continue
-            inputs = tuple(_var(v) for v in (va, vb) if v is not None)
+            inputs = tuple(_VARS[v] for v in (va, vb) if v is not None)
             out = self.fresh(name)
             if all(self.kinds.get(v.name) == "scalar" for v in inputs):
                 self.kinds[out] = "scalar"
-            self.nodes.append(Node("phi", "phi", inputs, meta, (out,), None, guard, None, self.via))
+            self.nodes.append(_new_node("phi", "phi", inputs, meta, (out,), None, guard, None, self.via))
             merged[name] = out
         return merged
 
@@ -936,10 +930,10 @@ class _MethodExtractor:
                     scope.layers[names.id] = element
                     scope.env.pop(names.id, None)
             else:
-                value = self.expr(iterable, scope, guard) if _has_data(iterable, scope) else None
+                value = self.data_expr(iterable, scope, guard) if _has_data(iterable, scope) else None
                 if value is not None:
                     out = self.emit("op", "iter", (value,), (), inside, iterable)
-                    self.bind(target, _var(out[0]), iterable, scope, inside, stmt)
+                    self.bind(target, _VARS[out[0]], iterable, scope, inside, stmt)
                 else:
                     for name in _names(target):
                         scope.env.pop(name, None)
@@ -1016,7 +1010,7 @@ class _MethodExtractor:
                 if isinstance(sub, ast.Starred):
                     sub = sub.value
                 item = self.emit("op", "getitem", (value, _const(i)), (), guard, at)
-                self.bind(sub, _var(item[0]), None, scope, guard, at)
+                self.bind(sub, _VARS[item[0]], None, scope, guard, at)
         elif isinstance(target, ast.Attribute):
             owner = _self_attr(target)
             if owner is not None or isinstance(target.value, ast.Name) and target.value.id == "self":
@@ -1104,13 +1098,16 @@ class _MethodExtractor:
         if e is None:
             return _const(None)
         t = type(e)
-        if t is ast.Name:
+        if t is _Name:
             ssa = scope.env.get(e.id)  # type: ignore[attr-defined]
             if ssa is not None:
-                return _var(ssa)
+                return _VARS[ssa]
             if e.id in scope.layers:  # type: ignore[attr-defined]
                 return _sym(scope.layers[e.id])  # type: ignore[attr-defined]
             return _sym(e.id)  # type: ignore[attr-defined]
+        if t is _Constant:  # reads no data: its literal, or its text (bytes, NaN, complex)
+            literal = _literal(e)
+            return _const(literal) if literal is not _NOT_LITERAL else _sym(self.src.segment(e))
         if not _has_data(e, scope):
             literal = _literal(e)
             if literal is not _NOT_LITERAL:
@@ -1119,14 +1116,21 @@ class _MethodExtractor:
                 pass  # a layer called on no data (e.g. self.embed(self.position_ids)) is still a node
             else:
                 return _sym(self.src.segment(e))
+        return self.data_expr(e, scope, guard)
+
+    def data_expr(self, e: ast.expr, scope: _Scope, guard: tuple[Cond, ...]) -> Operand:
+        """`expr` of an expression known to read data (`_has_data(e, scope)` was just found true)."""
+        t = type(e)
         handler = _EXPR_HANDLERS.get(t)
         if handler is not None:
             return handler(self, e, scope, guard)
+        if t is _Name:
+            return self.expr(e, scope, guard)
         # comprehensions, lambdas, f-strings, dicts, ... over data: one opaque node
-        inputs = tuple(_var(scope.env[n]) for n in _data_names(e, scope))
+        inputs = tuple(_VARS[scope.env[n]] for n in _data_names(e, scope))
         kind = t.__name__.lower()
         out = self.emit("op", kind, inputs, (("text", _sym(self.src.segment(e))),), guard, e)
-        return _var(out[0])
+        return _VARS[out[0]]
 
     def binop_expr(self, e: ast.BinOp, scope: _Scope, guard: tuple[Cond, ...]) -> Operand:
         left = self.expr(e.left, scope, guard)
@@ -1140,7 +1144,7 @@ class _MethodExtractor:
         out = self.emit("op", C.UNARY[type(e.op).__name__], (operand,), (), guard, e)
         if isinstance(operand, Var) and self.kinds.get(operand.name) == "scalar":
             self.kinds[out[0]] = "scalar"
-        return _var(out[0])
+        return _VARS[out[0]]
 
     def attribute_expr(self, e: ast.Attribute, scope: _Scope, guard: tuple[Cond, ...]) -> Operand:
         if isinstance(e.value, ast.Name) and e.value.id == "self":
@@ -1151,18 +1155,18 @@ class _MethodExtractor:
             self.kinds[out[0]] = "shape"  # x.shape[-1] is a number
         elif e.attr == "ndim":
             self.kinds[out[0]] = "scalar"
-        return _var(out[0])
+        return _VARS[out[0]]
 
     def subscript_expr(self, e: ast.Subscript, scope: _Scope, guard: tuple[Cond, ...]) -> Operand:
         obj = self.expr(e.value, scope, guard)
-        index = self.expr(e.slice, scope, guard) if _has_data(e.slice, scope) else self.index_operand(e.slice)
+        index = self.data_expr(e.slice, scope, guard) if _has_data(e.slice, scope) else self.index_operand(e.slice)
         out = self.emit("op", "getitem", (obj, index), (), guard, e)
         if isinstance(obj, Var) and (self.kinds.get(obj.name) == "shape" and isinstance(index, Const)
                                      and isinstance(index.value, int)):
             self.kinds[out[0]] = "scalar"
         elif isinstance(obj, Var) and self.kinds.get(obj.name) == "shape":
             self.kinds[out[0]] = "shape"
-        return _var(out[0])
+        return _VARS[out[0]]
 
     def sequence_expr(self, e: ast.Tuple | ast.List, scope: _Scope, guard: tuple[Cond, ...]) -> Operand:
         items = tuple([self.expr(item.value if type(item) is ast.Starred else item, scope, guard)
@@ -1174,12 +1178,12 @@ class _MethodExtractor:
         rights = [self.expr(c, scope, guard) for c in e.comparators]
         op = "compare:" + ",".join(type(o).__name__.lower() for o in e.ops)
         out = self.emit("op", op, (left, *rights), (), guard, e)
-        return _var(out[0])
+        return _VARS[out[0]]
 
     def boolop_expr(self, e: ast.BoolOp, scope: _Scope, guard: tuple[Cond, ...]) -> Operand:
         values = tuple([self.expr(v, scope, guard) for v in e.values])
         out = self.emit("op", type(e.op).__name__.lower(), values, (), guard, e)
-        return _var(out[0])
+        return _VARS[out[0]]
 
     def starred_expr(self, e: ast.Starred, scope: _Scope, guard: tuple[Cond, ...]) -> Operand:
         return self.expr(e.value, scope, guard)
@@ -1187,7 +1191,7 @@ class _MethodExtractor:
     def named_expr(self, e: ast.NamedExpr, scope: _Scope, guard: tuple[Cond, ...]) -> Operand:
         value = self.expr(e.value, scope, guard)
         self.bind(e.target, value, e.value, scope, guard, e)
-        return _var(scope.env[e.target.id]) if e.target.id in scope.env else value
+        return _VARS[scope.env[e.target.id]] if e.target.id in scope.env else value
 
     def index_operand(self, index: ast.expr) -> Operand:
         literal = _literal(index)
@@ -1196,7 +1200,7 @@ class _MethodExtractor:
         return _sym(self.src.segment(index))
 
     def if_expression(self, e: ast.IfExp, scope: _Scope, guard: tuple[Cond, ...]) -> Operand:
-        test = self.expr(e.test, scope, guard) if _has_data(e.test, scope) else None
+        test = self.data_expr(e.test, scope, guard) if _has_data(e.test, scope) else None
         cid = self.new_cond(e.test)
         text = self.src.segment(e.test)
         yes = self.expr(e.body, scope, (*guard, _cond(cid, text, True)))
@@ -1209,10 +1213,10 @@ class _MethodExtractor:
                 inputs.append(value)
             else:
                 tmp = self.emit("op", "assign", (value,), (), (*guard, _cond(cid, text, taken)), e)
-                inputs.append(_var(tmp[0]))
+                inputs.append(_VARS[tmp[0]])
         meta: tuple[tuple[str, Operand], ...] = (("if", _const(cid)),) + ((("test", test),) if isinstance(test, Var) else ())
-        self.nodes.append(Node("phi", "phi", tuple(inputs), meta, (out,), None, guard, None, self.via))
-        return _var(out)
+        self.nodes.append(_new_node("phi", "phi", tuple(inputs), meta, (out,), None, guard, None, self.via))
+        return _VARS[out]
 
     def binary(self, opname: str, left: Operand, right: Operand, guard: tuple[Cond, ...], at: ast.AST,
                scope: _Scope) -> Operand:
@@ -1222,11 +1226,11 @@ class _MethodExtractor:
         if left_scalar and right_scalar:
             out = self.emit("op", op, (left, right), (), guard, at)
             self.kinds[out[0]] = "scalar"
-            return _var(out[0])
+            return _VARS[out[0]]
         if op == "pow" and right_scalar:
             # `x ** 2` is the same node as `torch.pow(x, 2)` and `x.pow(2)`
             out = self.emit("op", "pow", (left,), (("exponent", right),), guard, at)
-            return _var(out[0])
+            return _VARS[out[0]]
         if op in ("mul", "div") and (right_scalar or left_scalar and op == "mul"):
             # a tensor times or over a number: one `scale` node whose factor multiplies.
             # `x * d ** -0.5`, `x * self.scale` keep their factor; `x / math.sqrt(d)` has the factor
@@ -1235,9 +1239,9 @@ class _MethodExtractor:
             if op == "div":
                 factor = _sym(f"1 / {_parenthesize(self.python_text(factor))}")
             out = self.emit("op", "scale", (tensor, factor), (), guard, at)
-            return _var(out[0])
+            return _VARS[out[0]]
         out = self.emit("op", op, (left, right), (), guard, at)
-        return _var(out[0])
+        return _VARS[out[0]]
 
     def python_text(self, operand: Operand) -> str:
         """An operand as Python source at this point of the method."""
@@ -1302,7 +1306,7 @@ class _MethodExtractor:
                 return inlined
         # 4. a tensor method: x.view(...), x.softmax(-1)
         if isinstance(func, ast.Attribute) and _has_data(func.value, scope):
-            receiver = self.expr(func.value, scope, guard)
+            receiver = self.data_expr(func.value, scope, guard)
             return self.op_call(func.attr, True, receiver, e, scope, guard)
         # 5. a function: torch.matmul(a, b), F.softmax(x, dim=-1), math.sqrt(d)
         name = self.fx.imports.qualify(func)
@@ -1314,7 +1318,7 @@ class _MethodExtractor:
             callee = self.expr(func, scope, guard)
             args, kwargs = self.arguments(e, scope, guard)
             out = self.emit("op", "call", (callee, *args), kwargs, guard, e)
-            return _var(out[0])
+            return _VARS[out[0]]
         return self.op_call(name, False, None, e, scope, guard)
 
     # stateless layers built and called in one expression; `nn.Dropout(p)(x)` is not one of them
@@ -1340,9 +1344,31 @@ class _MethodExtractor:
         return _var(out[0])
 
     def arguments(self, e: ast.Call, scope: _Scope, guard: tuple[Cond, ...]) -> tuple[tuple[Operand, ...], tuple[tuple[str, Operand], ...]]:
-        args = tuple([self.expr(a.value if type(a) is ast.Starred else a, scope, guard) for a in e.args])
-        kwargs = tuple([(k.arg or "**", self.expr(k.value, scope, guard)) for k in e.keywords]) if e.keywords else ()
-        return args, kwargs
+        env = scope.env
+        expr = self.expr
+        args: list[Operand] = []
+        for a in e.args:
+            ta = type(a)
+            if ta is _Name:  # the common case, without a call of `expr`
+                ssa = env.get(a.id)
+                if ssa is not None:
+                    args.append(_VARS[ssa])
+                    continue
+            elif ta is ast.Starred:
+                a = a.value
+            args.append(expr(a, scope, guard))
+        if not e.keywords:
+            return tuple(args), ()
+        kwargs: list[tuple[str, Operand]] = []
+        for k in e.keywords:
+            value = k.value
+            if type(value) is _Name:
+                ssa = env.get(value.id)
+                if ssa is not None:
+                    kwargs.append((k.arg or "**", _VARS[ssa]))
+                    continue
+            kwargs.append((k.arg or "**", expr(value, scope, guard)))
+        return tuple(args), tuple(kwargs)
 
     def op_call(self, name: str, is_method: bool, receiver: Operand | None, e: ast.Call, scope: _Scope,
                 guard: tuple[Cond, ...]) -> Operand:
@@ -1375,7 +1401,7 @@ class _MethodExtractor:
             self.kinds[out[0]] = "scalar"
         elif (is_method and name == "size" and not args) or op == "getattr":
             self.kinds[out[0]] = "shape"
-        return _var(out[0])
+        return _VARS[out[0]]
 
     def einsum_as_matmul(self, name: str, e: ast.Call, scope: _Scope, guard: tuple[Cond, ...]) -> Operand | None:
         """A two-operand einsum that is a batched matrix product becomes the canonical nodes:
@@ -1407,11 +1433,11 @@ class _MethodExtractor:
             value = self.expr(e.args[0], scope, guard)
             for item in layer.items:
                 out = self.emit("layer", item.type, (value,), (), guard, e, target=item.attr)
-                value = _var(out[0])
+                value = _VARS[out[0]]
             return value
         args, kwargs = self.arguments(e, scope, guard)
         out = self.emit("layer", self.layer_type(target), args, kwargs, guard, e, target=target)
-        return _var(out[0])
+        return _VARS[out[0]]
 
     def find_method(self, name: str) -> ast.FunctionDef | None:
         for klass in self.chain:
@@ -1492,11 +1518,11 @@ class _MethodExtractor:
                 inputs.append(value)
             else:
                 tmp = self.emit("op", "assign", (value,), (), ret_guard, e)
-                inputs.append(_var(tmp[0]))
+                inputs.append(_VARS[tmp[0]])
         out = self.fresh(f"_{fn.name}")
         self.generated.add(out)
-        self.nodes.append(Node("phi", "phi", tuple(inputs), (), (out,), None, guard, None, self.via))
-        return _var(out)
+        self.nodes.append(_new_node("phi", "phi", tuple(inputs), (), (out,), None, guard, None, self.via))
+        return _VARS[out]
 
 
 MODULE_CLASS = "__module__"
@@ -1512,6 +1538,9 @@ def _parenthesize(text: str) -> str:
     return text if simple or (text.startswith("(") and text.endswith(")")) else f"({text})"
 
 
+_Name, _Constant, _Attribute, _Call = ast.Name, ast.Constant, ast.Attribute, ast.Call
+_BinOp, _Subscript, _Tuple, _List = ast.BinOp, ast.Subscript, ast.Tuple, ast.List
+_AST = ast.AST
 _MAY_NAME_A_LAYER = {ast.Name, ast.Attribute, ast.Subscript}  # what `layer_target` can resolve
 
 _EXPR_HANDLERS = {
@@ -1660,49 +1689,57 @@ def _has_data(e: ast.AST, scope: _Scope) -> bool:
     are decided structurally; anything else on its source text (identifiers not preceded by a dot
     and not keyword argument names), which is cheaper than walking the subtree. A name inside a
     string literal can give a false "yes": the expression is then unchained into nodes instead of
-    kept as one symbol, which changes no data flow."""
+    kept as one symbol, which changes no data flow.
+
+    Names and attribute chains below a call or an operator are decided in place (no call per
+    operand): this runs for every subexpression that `expr` unchains."""
     t = type(e)
-    if t is ast.Name:
+    if t is _Name:
         return e.id in scope.env or e.id in scope.layers  # type: ignore[attr-defined]
-    if t is ast.Constant:
+    if t is _Constant:
         return False
-    if t is ast.Attribute:
-        tensors = scope.tensors
-        while True:
-            value = e.value  # type: ignore[attr-defined]
-            tv = type(value)
-            if tv is ast.Name:
-                if tensors and value.id == "self" and f"self.{e.attr}" in tensors:  # type: ignore[attr-defined]
-                    return True
-                return value.id in scope.env or value.id in scope.layers
-            if tv is not ast.Attribute:
-                return _has_data(value, scope)
-            e = value
-    if t is ast.Call:
+    if t is _Attribute:
+        return _attribute_has_data(e, scope)
+    if t is _Call:
         env, layers = scope.env, scope.layers
-        if _has_data(e.func, scope):  # type: ignore[attr-defined]
+        func = e.func  # type: ignore[attr-defined]
+        tf = type(func)
+        if tf is _Attribute:
+            if _attribute_has_data(func, scope):
+                return True
+        elif tf is _Name:
+            if func.id in env or func.id in layers:
+                return True
+        elif _has_data(func, scope):
             return True
         for arg in e.args:  # type: ignore[attr-defined]
             ta = type(arg)
-            if ta is ast.Name:
+            if ta is _Name:
                 if arg.id in env or arg.id in layers:
                     return True
-            elif ta is not ast.Constant and _has_data(arg, scope):
+            elif ta is not _Constant and _has_data(arg, scope):
                 return True
         for kw in e.keywords:  # type: ignore[attr-defined]
             value = kw.value
             ta = type(value)
-            if ta is ast.Name:
+            if ta is _Name:
                 if value.id in env or value.id in layers:
                     return True
-            elif ta is not ast.Constant and _has_data(value, scope):
+            elif ta is not _Constant and _has_data(value, scope):
                 return True
         return False
-    if t is ast.BinOp:
-        return _has_data(e.left, scope) or _has_data(e.right, scope)  # type: ignore[attr-defined]
-    if t is ast.Subscript:
+    if t is _BinOp:
+        for side in (e.left, e.right):  # type: ignore[attr-defined]
+            ts = type(side)
+            if ts is _Name:
+                if side.id in scope.env or side.id in scope.layers:
+                    return True
+            elif ts is not _Constant and _has_data(side, scope):
+                return True
+        return False
+    if t is _Subscript:
         return _has_data(e.value, scope) or _has_data(e.slice, scope)  # type: ignore[attr-defined]
-    if t is ast.Tuple or t is ast.List:
+    if t is _Tuple or t is _List:
         for item in e.elts:  # type: ignore[attr-defined]
             if _has_data(item, scope):
                 return True
@@ -1729,9 +1766,40 @@ def _has_data(e: ast.AST, scope: _Scope) -> bool:
     return False
 
 
+def _attribute_has_data(e: ast.Attribute, scope: _Scope) -> bool:
+    """`_has_data` of an attribute chain (`self.weight`, `x.shape`, `config.hidden_size`)."""
+    tensors = scope.tensors
+    while True:
+        value = e.value
+        tv = type(value)
+        if tv is _Name:
+            if tensors and value.id == "self" and f"self.{e.attr}" in tensors:  # type: ignore[attr-defined]
+                return True
+            return value.id in scope.env or value.id in scope.layers  # type: ignore[attr-defined]
+        if tv is not _Attribute:
+            return _has_data(value, scope)
+        e = value  # type: ignore[assignment]
+
+
 def _data_names(e: ast.AST, scope: _Scope) -> list[str]:
+    """Tracked names an expression reads, in the order of `ast.walk` (breadth first), which is
+    walked here without its generators."""
+    env = scope.env
     seen: dict[str, None] = {}
-    for node in ast.walk(e):
-        if isinstance(node, ast.Name) and node.id in scope.env:
+    todo = [e]
+    append = todo.append
+    for node in todo:  # grows while it is walked: breadth first, like ast.walk
+        if isinstance(node, _Name) and node.id in env:
             seen.setdefault(node.id, None)
+        for name in node._fields:
+            try:
+                value = getattr(node, name)
+            except AttributeError:
+                continue
+            if isinstance(value, _AST):
+                append(value)
+            elif isinstance(value, list):
+                for item in value:
+                    if isinstance(item, _AST):
+                        append(item)
     return list(seen)
