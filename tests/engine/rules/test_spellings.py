@@ -25,6 +25,42 @@ import torch.nn as nn
 import torch.nn.functional as F
 """
 
+# The GPT-2 attention the causal `torch.where` cases share (they differ in the fill's spelling and
+# in what build() feeds it).
+_GPT2_CAUSAL = '''class CausalSelfAttention(nn.Module):
+    def __init__(self, max_positions=16, heads=2, head_dim=8):
+        super().__init__()
+        self.register_buffer(
+            "bias",
+            torch.tril(torch.ones((max_positions, max_positions), dtype=torch.bool)).view(1, 1, max_positions, max_positions),
+            persistent=False,
+        )
+        self.attn_dropout = nn.Dropout(0.1)
+
+    def forward(self, query, key, value, attention_mask=None, output_attentions=False):
+        attn_weights = torch.matmul(query, key.transpose(-1, -2))
+        attn_weights = attn_weights / (value.size(-1) ** 0.5)
+        query_length, key_length = query.size(-2), key.size(-2)
+        causal_mask = self.bias[:, :, key_length - query_length : key_length, :key_length]
+        mask_value = torch.finfo(attn_weights.dtype).min
+        mask_value = torch.full([], mask_value, dtype=attn_weights.dtype).to(attn_weights.device)
+        attn_weights = torch.where(causal_mask, attn_weights.to(attn_weights.dtype), mask_value)
+        if attention_mask is not None:
+            attn_weights = attn_weights + attention_mask
+        attn_weights = nn.functional.softmax(attn_weights, dim=-1)
+        attn_weights = attn_weights.type(value.dtype)
+        attn_weights = self.attn_dropout(attn_weights)
+        attn_output = torch.matmul(attn_weights, value)
+        outputs = (attn_output,)
+        if output_attentions:
+            outputs += (attn_weights,)
+        return outputs
+
+'''
+_FULL_FILL = "torch.full([], mask_value, dtype=attn_weights.dtype).to(attn_weights.device)"
+_GPT2_CAUSAL_TENSOR_FILL = _GPT2_CAUSAL.replace(_FULL_FILL, "torch.tensor(mask_value, dtype=attn_weights.dtype).to(attn_weights.device)")
+_GPT2_CAUSAL_FP16_FILL = _GPT2_CAUSAL.replace(_FULL_FILL, "torch.full([], mask_value, dtype=torch.float16).to(attn_weights.device)")
+
 CASES = [
     ("timm-style scaled q, dropout layer", "sdpa-attention", """
 class Attention(nn.Module):
@@ -296,70 +332,10 @@ class AttentionPool(nn.Module):
 def build():
     return AttentionPool(), tuple(torch.randn(2, 2, 5, 8) for _ in range(3))
 """),
-    ("GPT-2 causal torch.where keep mask, no additive mask", "sdpa-attention", """
-class CausalSelfAttention(nn.Module):
-    def __init__(self, max_positions=16, heads=2, head_dim=8):
-        super().__init__()
-        self.register_buffer(
-            "bias",
-            torch.tril(torch.ones((max_positions, max_positions), dtype=torch.bool)).view(1, 1, max_positions, max_positions),
-            persistent=False,
-        )
-        self.attn_dropout = nn.Dropout(0.1)
-
-    def forward(self, query, key, value, attention_mask=None, output_attentions=False):
-        attn_weights = torch.matmul(query, key.transpose(-1, -2))
-        attn_weights = attn_weights / (value.size(-1) ** 0.5)
-        query_length, key_length = query.size(-2), key.size(-2)
-        causal_mask = self.bias[:, :, key_length - query_length : key_length, :key_length]
-        mask_value = torch.finfo(attn_weights.dtype).min
-        mask_value = torch.full([], mask_value, dtype=attn_weights.dtype).to(attn_weights.device)
-        attn_weights = torch.where(causal_mask, attn_weights.to(attn_weights.dtype), mask_value)
-        if attention_mask is not None:
-            attn_weights = attn_weights + attention_mask
-        attn_weights = nn.functional.softmax(attn_weights, dim=-1)
-        attn_weights = attn_weights.type(value.dtype)
-        attn_weights = self.attn_dropout(attn_weights)
-        attn_output = torch.matmul(attn_weights, value)
-        outputs = (attn_output,)
-        if output_attentions:
-            outputs += (attn_weights,)
-        return outputs
-
-def build():
+    ("GPT-2 causal torch.where keep mask, no additive mask", "sdpa-attention", "\n" + _GPT2_CAUSAL + """def build():
     return CausalSelfAttention(), tuple(torch.randn(2, 2, 6, 8) for _ in range(3))
 """),
-    ("GPT-2 causal torch.where keep mask with left-padding additive mask (fully masked rows)", "sdpa-attention", """
-class CausalSelfAttention(nn.Module):
-    def __init__(self, max_positions=16, heads=2, head_dim=8):
-        super().__init__()
-        self.register_buffer(
-            "bias",
-            torch.tril(torch.ones((max_positions, max_positions), dtype=torch.bool)).view(1, 1, max_positions, max_positions),
-            persistent=False,
-        )
-        self.attn_dropout = nn.Dropout(0.1)
-
-    def forward(self, query, key, value, attention_mask=None, output_attentions=False):
-        attn_weights = torch.matmul(query, key.transpose(-1, -2))
-        attn_weights = attn_weights / (value.size(-1) ** 0.5)
-        query_length, key_length = query.size(-2), key.size(-2)
-        causal_mask = self.bias[:, :, key_length - query_length : key_length, :key_length]
-        mask_value = torch.finfo(attn_weights.dtype).min
-        mask_value = torch.tensor(mask_value, dtype=attn_weights.dtype).to(attn_weights.device)
-        attn_weights = torch.where(causal_mask, attn_weights.to(attn_weights.dtype), mask_value)
-        if attention_mask is not None:
-            attn_weights = attn_weights + attention_mask
-        attn_weights = nn.functional.softmax(attn_weights, dim=-1)
-        attn_weights = attn_weights.type(value.dtype)
-        attn_weights = self.attn_dropout(attn_weights)
-        attn_output = torch.matmul(attn_weights, value)
-        outputs = (attn_output,)
-        if output_attentions:
-            outputs += (attn_weights,)
-        return outputs
-
-def padding_mask(lengths, key_length, dtype=torch.float32):
+    ("GPT-2 causal torch.where keep mask with left-padding additive mask (fully masked rows)", "sdpa-attention", "\n" + _GPT2_CAUSAL_TENSOR_FILL + """def padding_mask(lengths, key_length, dtype=torch.float32):
     # HF's additive mask: 0 where kept, the dtype's lowest value at (left) padding
     keep = torch.arange(key_length)[None, :] >= (key_length - torch.tensor(lengths))[:, None]
     return (1.0 - keep[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
@@ -368,37 +344,7 @@ def build():
     q, k, v = (torch.randn(2, 2, 6, 8) for _ in range(3))
     return CausalSelfAttention(), (q, k, v, padding_mask([6, 3], 6))
 """),
-    ("GPT-2 causal torch.where keep mask, KV cache: 3 new queries over 7 keys (bottom-right slice)", "sdpa-attention", """
-class CausalSelfAttention(nn.Module):
-    def __init__(self, max_positions=16, heads=2, head_dim=8):
-        super().__init__()
-        self.register_buffer(
-            "bias",
-            torch.tril(torch.ones((max_positions, max_positions), dtype=torch.bool)).view(1, 1, max_positions, max_positions),
-            persistent=False,
-        )
-        self.attn_dropout = nn.Dropout(0.1)
-
-    def forward(self, query, key, value, attention_mask=None, output_attentions=False):
-        attn_weights = torch.matmul(query, key.transpose(-1, -2))
-        attn_weights = attn_weights / (value.size(-1) ** 0.5)
-        query_length, key_length = query.size(-2), key.size(-2)
-        causal_mask = self.bias[:, :, key_length - query_length : key_length, :key_length]
-        mask_value = torch.finfo(attn_weights.dtype).min
-        mask_value = torch.full([], mask_value, dtype=attn_weights.dtype).to(attn_weights.device)
-        attn_weights = torch.where(causal_mask, attn_weights.to(attn_weights.dtype), mask_value)
-        if attention_mask is not None:
-            attn_weights = attn_weights + attention_mask
-        attn_weights = nn.functional.softmax(attn_weights, dim=-1)
-        attn_weights = attn_weights.type(value.dtype)
-        attn_weights = self.attn_dropout(attn_weights)
-        attn_output = torch.matmul(attn_weights, value)
-        outputs = (attn_output,)
-        if output_attentions:
-            outputs += (attn_weights,)
-        return outputs
-
-def padding_mask(lengths, key_length, dtype=torch.float32):
+    ("GPT-2 causal torch.where keep mask, KV cache: 3 new queries over 7 keys (bottom-right slice)", "sdpa-attention", "\n" + _GPT2_CAUSAL + """def padding_mask(lengths, key_length, dtype=torch.float32):
     # HF's additive mask: 0 where kept, the dtype's lowest value at (left) padding
     keep = torch.arange(key_length)[None, :] >= (key_length - torch.tensor(lengths))[:, None]
     return (1.0 - keep[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
@@ -408,72 +354,12 @@ def build():
     k, v = torch.randn(2, 2, 7, 8), torch.randn(2, 2, 7, 8)
     return CausalSelfAttention(), (q, k, v, padding_mask([7, 5], 7))
 """),
-    ("GPT-2 causal torch.where keep mask, KV cache without additive mask", "sdpa-attention", """
-class CausalSelfAttention(nn.Module):
-    def __init__(self, max_positions=16, heads=2, head_dim=8):
-        super().__init__()
-        self.register_buffer(
-            "bias",
-            torch.tril(torch.ones((max_positions, max_positions), dtype=torch.bool)).view(1, 1, max_positions, max_positions),
-            persistent=False,
-        )
-        self.attn_dropout = nn.Dropout(0.1)
-
-    def forward(self, query, key, value, attention_mask=None, output_attentions=False):
-        attn_weights = torch.matmul(query, key.transpose(-1, -2))
-        attn_weights = attn_weights / (value.size(-1) ** 0.5)
-        query_length, key_length = query.size(-2), key.size(-2)
-        causal_mask = self.bias[:, :, key_length - query_length : key_length, :key_length]
-        mask_value = torch.finfo(attn_weights.dtype).min
-        mask_value = torch.tensor(mask_value, dtype=attn_weights.dtype).to(attn_weights.device)
-        attn_weights = torch.where(causal_mask, attn_weights.to(attn_weights.dtype), mask_value)
-        if attention_mask is not None:
-            attn_weights = attn_weights + attention_mask
-        attn_weights = nn.functional.softmax(attn_weights, dim=-1)
-        attn_weights = attn_weights.type(value.dtype)
-        attn_weights = self.attn_dropout(attn_weights)
-        attn_output = torch.matmul(attn_weights, value)
-        outputs = (attn_output,)
-        if output_attentions:
-            outputs += (attn_weights,)
-        return outputs
-
-def build():
+    ("GPT-2 causal torch.where keep mask, KV cache without additive mask", "sdpa-attention", "\n" + _GPT2_CAUSAL_TENSOR_FILL + """def build():
     q = torch.randn(1, 2, 1, 8)
     k, v = torch.randn(1, 2, 5, 8), torch.randn(1, 2, 5, 8)
     return CausalSelfAttention(), (q, k, v)
 """),
-    ("torch.where fill of another dtype than the scores: not rewritten", "sdpa-attention", """
-class CausalSelfAttention(nn.Module):
-    def __init__(self, max_positions=16, heads=2, head_dim=8):
-        super().__init__()
-        self.register_buffer(
-            "bias",
-            torch.tril(torch.ones((max_positions, max_positions), dtype=torch.bool)).view(1, 1, max_positions, max_positions),
-            persistent=False,
-        )
-        self.attn_dropout = nn.Dropout(0.1)
-
-    def forward(self, query, key, value, attention_mask=None, output_attentions=False):
-        attn_weights = torch.matmul(query, key.transpose(-1, -2))
-        attn_weights = attn_weights / (value.size(-1) ** 0.5)
-        query_length, key_length = query.size(-2), key.size(-2)
-        causal_mask = self.bias[:, :, key_length - query_length : key_length, :key_length]
-        mask_value = torch.finfo(attn_weights.dtype).min
-        mask_value = torch.full([], mask_value, dtype=torch.float16).to(attn_weights.device)
-        attn_weights = torch.where(causal_mask, attn_weights.to(attn_weights.dtype), mask_value)
-        if attention_mask is not None:
-            attn_weights = attn_weights + attention_mask
-        attn_weights = nn.functional.softmax(attn_weights, dim=-1)
-        attn_weights = attn_weights.type(value.dtype)
-        attn_weights = self.attn_dropout(attn_weights)
-        attn_output = torch.matmul(attn_weights, value)
-        outputs = (attn_output,)
-        if output_attentions:
-            outputs += (attn_weights,)
-        return outputs
-
-def build():
+    ("torch.where fill of another dtype than the scores: not rewritten", "sdpa-attention", "\n" + _GPT2_CAUSAL_FP16_FILL + """def build():
     return CausalSelfAttention(), tuple(torch.randn(2, 2, 6, 8) for _ in range(3))
 """, False),
     ("layer built and called inline, nn.Softmax(dim=-1)(x) (ImageGPT, CodeGen)", "sdpa-attention", """
