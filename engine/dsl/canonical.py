@@ -124,6 +124,30 @@ METHODS: dict[str, str] = {
 # torch.einsum and the last of einops.einsum.
 EINSUM_FUNCTIONS = {"torch.einsum", "torch.functional.einsum", "einops.einsum"}
 
+
+def einsum_axes(spec: str, einops: bool) -> tuple[str, ...] | None:
+    """The axis labels of one einsum operand: torch's one letter each (`bhid`, spaces ignored) or
+    einops' names separated by spaces (`b h i d`); `...` is one label. None for anything fancier
+    (parenthesized groups, anonymous axes)."""
+    spec = spec.strip()
+    if any(c in spec for c in "()0123456789"):
+        return None
+    if einops:
+        return tuple(spec.split())
+    spec = spec.replace(" ", "")
+    axes, i = [], 0
+    while i < len(spec):
+        if spec.startswith("...", i):
+            axes.append("...")
+            i += 3
+        elif spec[i].isalpha():
+            axes.append(spec[i])
+            i += 1
+        else:
+            return None
+    return tuple(axes)
+
+
 # ast operator class name -> canonical op
 BINARY: dict[str, str] = {
     "MatMult": "matmul",

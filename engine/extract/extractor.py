@@ -158,6 +158,8 @@ _cond = _fast_constructor(Cond, ("id", "text", "taken"))
 _seq = _fast_constructor(Seq, ("items", "kind"))
 _param = _fast_constructor(Param, ("name", "default", "kind"))
 _layer_def = _fast_constructor(LayerDef, ("attr", "type", "args", "kwargs", "items", "guard", "pos"))
+
+
 class _Interned(dict):
     """SSA name -> its one Var: `_VARS[name]` looks up in C and builds a Var only when missing."""
 
@@ -169,7 +171,6 @@ class _Interned(dict):
 
 
 _VARS: dict[str, Var] = _Interned()  # one Var per SSA name of the file being extracted (cleared after it)
-_var = _VARS.__getitem__
 
 _new_node = _fast_constructor(Node, ("kind", "op", "inputs", "kwargs", "outputs", "target", "guard", "pos", "via"))
 
@@ -1341,7 +1342,7 @@ class _MethodExtractor:
         params += [(k.arg, self.expr(k.value, scope, guard)) for k in ctor.keywords]  # type: ignore[misc]
         x = self.expr(e.args[0], scope, guard)
         out = self.emit("op", op, (x,), tuple(params), guard, e, target=layer_type)
-        return _var(out[0])
+        return _VARS[out[0]]
 
     def arguments(self, e: ast.Call, scope: _Scope, guard: tuple[Cond, ...]) -> tuple[tuple[Operand, ...], tuple[tuple[str, Operand], ...]]:
         env = scope.env
@@ -1382,7 +1383,7 @@ class _MethodExtractor:
             tensor = receiver if is_method else args[0]
             out = self.emit("op", "transpose", (tensor,), (("dim0", Const(-2)), ("dim1", Const(-1))), guard, e,
                             target=f".{name}" if is_method else name)
-            return _var(out[0])
+            return _VARS[out[0]]
         if is_method:
             canonical = C.METHODS.get(name)
             op = canonical or f".{name}"
@@ -1421,9 +1422,9 @@ class _MethodExtractor:
         if kind == "a @ b^T":
             kt = self.emit("op", "transpose", (b,), (("dim0", Const(-2)), ("dim1", Const(-1))), guard, e,
                            target=name)
-            b = _var(kt[0])
+            b = _VARS[kt[0]]
         out = self.emit("op", "matmul", (a, b), (), guard, e, target=spelled)
-        return _var(out[0])
+        return _VARS[out[0]]
 
     def layer_call(self, target: str, e: ast.Call, scope: _Scope, guard: tuple[Cond, ...]) -> Operand:
         layer = self.lookup_layer(target)
@@ -1585,29 +1586,6 @@ def _uniform(items: tuple[LayerDef, ...]) -> bool:
     return len({i.type for i in items}) == 1
 
 
-def _einsum_axes(spec: str, einops: bool) -> tuple[str, ...] | None:
-    """The axis labels of one einsum operand: torch's one letter each (`bhid`, spaces ignored) or
-    einops' names separated by spaces (`b h i d`); `...` is one label. None for anything fancier
-    (parenthesized groups, anonymous axes)."""
-    spec = spec.strip()
-    if any(c in spec for c in "()0123456789"):
-        return None
-    if einops:
-        return tuple(spec.split())
-    spec = spec.replace(" ", "")
-    axes, i = [], 0
-    while i < len(spec):
-        if spec.startswith("...", i):
-            axes.append("...")
-            i += 3
-        elif spec[i].isalpha():
-            axes.append(spec[i])
-            i += 1
-        else:
-            return None
-    return tuple(axes)
-
-
 def _einsum_product(equation: str, einops: bool = False) -> str | None:
     """'a @ b' or 'a @ b^T' when the two-operand einsum `equation` is that batched product: the
     same batch labels in the same order on both operands and the output, then (i, x) with (x, j)
@@ -1616,7 +1594,7 @@ def _einsum_product(equation: str, einops: bool = False) -> str | None:
     parts = lhs.split(",")
     if not arrow or len(parts) != 2:
         return None
-    a, b, o = (_einsum_axes(p, einops) for p in (parts[0], parts[1], out))
+    a, b, o = (C.einsum_axes(p, einops) for p in (parts[0], parts[1], out))
     if a is None or b is None or o is None or min(len(a), len(b), len(o)) < 2:
         return None
     batch = a[:-2]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from engine.dsl import canonical as C
 from engine.dsl.ir import Const, Seq, Sym, Var
 from engine.match.matcher import Match, MethodIndex, numeric
 
@@ -164,9 +165,9 @@ def rank_of(operand, ix: MethodIndex, depth: int = 0) -> int | None:
     if op == "matmul" and node.target is not None and node.target.endswith("')") and "einsum(" in node.target:
         # an einsum extracted as a matrix product: `torch.einsum('bhid,bhjd->bhij')`
         spec = node.target.partition("(")[2][1:-2]
-        out = spec.partition("->")[2].strip()
-        if "..." not in out and "(" not in out:
-            return len(out.split()) if " " in out else len(out)
+        axes = C.einsum_axes(spec.partition("->")[2], einops=node.target.startswith("einops."))
+        if axes is not None and "..." not in axes:
+            return len(axes)
     if op == "matmul":
         ranks = [rank_of(i, ix, depth + 1) for i in node.inputs[:2]]
         return max(ranks) if all(r is not None for r in ranks) else None  # type: ignore[type-var]
