@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass, field, fields
 from itertools import accumulate
 from pathlib import Path
+from typing import Any
 
 from engine.dsl import canonical as C
 from engine.dsl.ir import (
@@ -111,10 +112,7 @@ class Source:
                 + _decode_slice(self.lines[end_line - 1], 0, end_col))
 
     def segment_at(self, pos: Pos) -> str:
-        class _At:
-            lineno, col_offset, end_lineno, end_col_offset = pos.line, pos.col, pos.end_line, pos.end_col
-
-        return self.segment(_At)  # type: ignore[arg-type]
+        return self.segment(_Span(pos.line, pos.col, pos.end_line, pos.end_col))  # type: ignore[arg-type]
 
     def pos(self, node: ast.AST) -> Pos:
         found = self.positions.get(id(node))
@@ -122,6 +120,15 @@ class Source:
             found = self.positions[id(node)] = _new_pos(self.path, node.lineno, node.col_offset,  # type: ignore[attr-defined]
                                                           node.end_lineno, node.end_col_offset)  # type: ignore[attr-defined]
         return found
+
+
+class _Span:
+    """A source range with an ast node's position attributes (for `Source.segment`)."""
+
+    __slots__ = ("lineno", "col_offset", "end_lineno", "end_col_offset")
+
+    def __init__(self, line: int, col: int, end_line: int, end_col: int) -> None:
+        self.lineno, self.col_offset, self.end_lineno, self.end_col_offset = line, col, end_line, end_col
 
 
 def _fast_constructor(cls: type, names: tuple[str, ...]):
@@ -139,7 +146,12 @@ def _fast_constructor(cls: type, names: tuple[str, ...]):
     params = ", ".join(f"_{i}" for i in range(len(names)))
     body = "".join(f"    self.{name} = _{i}\n" for i, name in enumerate(names))
     namespace: dict[str, object] = {"_cls": cls}
-    exec(f"def __init__(self, {params}):\n{body}    self.__class__ = _cls\n", namespace)  # noqa: S102
+    # CPython compares the two classes' slot tuples on every `__class__` assignment, a comparison
+    # that fails with TypeError ("layout differs") when it runs at the recursion limit; the layouts
+    # were checked below, so that failure is the recursion limit and is reported as one
+    exec(f"def __init__(self, {params}):\n{body}    try:\n        self.__class__ = _cls\n"  # noqa: S102
+         "    except TypeError as exc:\n        raise RecursionError('too deep to build an IR object') from exc\n",
+         namespace)
     twin = type(f"_{cls.__name__}Twin", (), {"__slots__": names, "__init__": namespace["__init__"]})
     try:
         probe = twin(*range(len(names)))
@@ -228,8 +240,10 @@ def extract_source(text: str, path: str = "<string>", module: str = "") -> FileM
     except SyntaxError as exc:
         line = exc.lineno or 0
         return FileModel(path, module, (), (Diagnostic(path, line, f"does not parse: {exc.msg}", "error"),))
-    except (ValueError, RecursionError) as exc:  # null bytes, absurd nesting
-        return FileModel(path, module, (), (Diagnostic(path, 0, f"does not parse: {exc}", "error"),))
+    except (ValueError, RecursionError, MemoryError) as exc:  # null bytes, absurd nesting
+        # the parser reports overflowing its own stack (thousands of nested lambdas) as MemoryError
+        why = str(exc) if not isinstance(exc, MemoryError) else "nested too deeply for the parser's stack"
+        return FileModel(path, module, (), (Diagnostic(path, 0, f"does not parse: {why}", "error"),))
     src = Source(text, path)
     token = _SOURCE.set(src)
     # Extraction allocates many small objects and frees none: the cyclic collector would only
@@ -592,7 +606,7 @@ def _const_or_sym(expr: ast.expr, src: Source) -> Operand:
 _NOT_LITERAL = object()
 
 
-def _literal(expr: ast.expr) -> object:
+def _literal(expr: Any) -> object:
     t = type(expr)
     if t is ast.Constant:
         value = expr.value
@@ -766,7 +780,7 @@ class _MethodExtractor:
             guard = self.statement(stmt, scope, guard)
         return guard
 
-    def statement(self, stmt: ast.stmt, scope: _Scope, guard: tuple[Cond, ...]) -> tuple[Cond, ...]:
+    def statement(self, stmt: Any, scope: _Scope, guard: tuple[Cond, ...]) -> tuple[Cond, ...]:
         t = type(stmt)
         if t is ast.Assign:
             value = self.expr(stmt.value, scope, guard)
@@ -956,7 +970,7 @@ class _MethodExtractor:
 
     # -- binding -------------------------------------------------------------------------------
 
-    def bind(self, target: ast.expr, value: Operand, value_expr: ast.expr | None, scope: _Scope,
+    def bind(self, target: Any, value: Operand, value_expr: ast.expr | None, scope: _Scope,
              guard: tuple[Cond, ...], at: ast.AST, kind: str | None = None) -> None:
         t = type(target)
         if t is ast.Name:
@@ -1010,8 +1024,8 @@ class _MethodExtractor:
             for i, sub in enumerate(names):
                 if isinstance(sub, ast.Starred):
                     sub = sub.value
-                item = self.emit("op", "getitem", (value, _const(i)), (), guard, at)
-                self.bind(sub, _VARS[item[0]], None, scope, guard, at)
+                picked = self.emit("op", "getitem", (value, _const(i)), (), guard, at)
+                self.bind(sub, _VARS[picked[0]], None, scope, guard, at)
         elif isinstance(target, ast.Attribute):
             owner = _self_attr(target)
             if owner is not None or isinstance(target.value, ast.Name) and target.value.id == "self":
@@ -1031,7 +1045,7 @@ class _MethodExtractor:
         elif isinstance(target, ast.Starred):
             self.bind(target.value, value, value_expr, scope, guard, at)
 
-    def layer_target(self, expr: ast.expr, scope: _Scope) -> str | None:
+    def layer_target(self, expr: Any, scope: _Scope) -> str | None:
         """The layer a callee expression names: `self.query`, `self.layers[i]`, a local alias."""
         t = type(expr)
         if t is ast.Name:
@@ -1119,12 +1133,33 @@ class _MethodExtractor:
                 return _sym(self.src.segment(e))
         return self.data_expr(e, scope, guard)
 
-    def data_expr(self, e: ast.expr, scope: _Scope, guard: tuple[Cond, ...]) -> Operand:
+    def data_expr(self, e: Any, scope: _Scope, guard: tuple[Cond, ...]) -> Operand:
         """`expr` of an expression known to read data (`_has_data(e, scope)` was just found true)."""
+        # a chain of type tests, most frequent first (not a dict of unbound methods: compiled,
+        # these are direct calls)
         t = type(e)
-        handler = _EXPR_HANDLERS.get(t)
-        if handler is not None:
-            return handler(self, e, scope, guard)
+        if t is _Call:
+            return self.call(e, scope, guard)
+        if t is _Attribute:
+            return self.attribute_expr(e, scope, guard)
+        if t is _BinOp:
+            return self.binop_expr(e, scope, guard)
+        if t is _Subscript:
+            return self.subscript_expr(e, scope, guard)
+        if t is _Tuple or t is _List:
+            return self.sequence_expr(e, scope, guard)
+        if t is ast.Compare:
+            return self.compare_expr(e, scope, guard)
+        if t is ast.UnaryOp:
+            return self.unary_expr(e, scope, guard)
+        if t is ast.IfExp:
+            return self.if_expression(e, scope, guard)
+        if t is ast.BoolOp:
+            return self.boolop_expr(e, scope, guard)
+        if t is ast.Starred:
+            return self.starred_expr(e, scope, guard)
+        if t is ast.NamedExpr:
+            return self.named_expr(e, scope, guard)
         if t is _Name:
             return self.expr(e, scope, guard)
         # comprehensions, lambdas, f-strings, dicts, ... over data: one opaque node
@@ -1270,7 +1305,7 @@ class _MethodExtractor:
         if t is Sym:
             # `self.scale`, `config.x`, `math.sqrt(d)`: not data. A module parameter/buffer
             # registered in __init__ would be in the layer table and is not a scalar.
-            text = operand.text
+            text = operand.text  # type: ignore[union-attr]
             if text.startswith("self.") and text.partition("(")[0] in self.table:
                 return False
             return not text.startswith(("torch.", "self.weight", "self.bias"))
@@ -1348,6 +1383,7 @@ class _MethodExtractor:
         env = scope.env
         expr = self.expr
         args: list[Operand] = []
+        a: Any
         for a in e.args:
             ta = type(a)
             if ta is _Name:  # the common case, without a call of `expr`
@@ -1380,7 +1416,7 @@ class _MethodExtractor:
         args, kwargs = self.arguments(e, scope, guard)
         if name in ("permute", "torch.permute") and _swaps_last_two(args if is_method else args[1:]):
             # `k.permute(0, 1, 3, 2)`: permute names every dimension, so this is transpose(-2, -1)
-            tensor = receiver if is_method else args[0]
+            tensor = receiver if is_method and receiver is not None else args[0]
             out = self.emit("op", "transpose", (tensor,), (("dim0", Const(-2)), ("dim1", Const(-1))), guard, e,
                             target=f".{name}" if is_method else name)
             return _VARS[out[0]]
@@ -1483,18 +1519,18 @@ class _MethodExtractor:
         env: dict[str, str] = {}
         callee_scope = _Scope(env, {}, scope.self_class if bound_self else None, scope.tensors if bound_self else frozenset())
         for param in [*params, *kwonly]:
-            value = binding.get(param.arg)
-            if value is None:
+            bound = binding.get(param.arg)
+            if bound is None:
                 default = defaults.get(param.arg)
                 if default is None:
                     return None
-                value = _const_or_sym(default, self.src)
-            if isinstance(value, Var):
-                env[param.arg] = value.name
+                bound = _const_or_sym(default, self.src)
+            if isinstance(bound, Var):
+                env[param.arg] = bound.name
             else:
                 ssa = self.fresh(param.arg)
-                self.emit("op", "assign", (value,), (), guard, e, outputs=(ssa,))
-                if isinstance(value, (Const, Sym)) and not isinstance(getattr(value, "value", None), (str, bool)):
+                self.emit("op", "assign", (bound,), (), guard, e, outputs=(ssa,))
+                if isinstance(bound, (Const, Sym)) and not isinstance(getattr(bound, "value", None), (str, bool)):
                     self.kinds[ssa] = "scalar"
                 env[param.arg] = ssa
         saved_via = self.via
@@ -1544,20 +1580,6 @@ _BinOp, _Subscript, _Tuple, _List = ast.BinOp, ast.Subscript, ast.Tuple, ast.Lis
 _AST = ast.AST
 _MAY_NAME_A_LAYER = {ast.Name, ast.Attribute, ast.Subscript}  # what `layer_target` can resolve
 
-_EXPR_HANDLERS = {
-    ast.Call: _MethodExtractor.call,
-    ast.BinOp: _MethodExtractor.binop_expr,
-    ast.UnaryOp: _MethodExtractor.unary_expr,
-    ast.Attribute: _MethodExtractor.attribute_expr,
-    ast.Subscript: _MethodExtractor.subscript_expr,
-    ast.Tuple: _MethodExtractor.sequence_expr,
-    ast.List: _MethodExtractor.sequence_expr,
-    ast.IfExp: _MethodExtractor.if_expression,
-    ast.Compare: _MethodExtractor.compare_expr,
-    ast.BoolOp: _MethodExtractor.boolop_expr,
-    ast.Starred: _MethodExtractor.starred_expr,
-    ast.NamedExpr: _MethodExtractor.named_expr,
-}
 
 
 def _is_scripted(fn: ast.FunctionDef) -> bool:
@@ -1579,7 +1601,7 @@ def _with_outputs(node: Node, outputs: tuple[str, ...]) -> Node:
     return Node(node.kind, node.op, node.inputs, node.kwargs, outputs, node.target, node.guard, node.pos, node.via)
 
 
-_set_outputs = Node.outputs.__set__ if _new_node is not Node else None  # type: ignore[attr-defined]
+_set_outputs = Node.__dict__["outputs"].__set__ if _new_node is not Node else None  # the slot descriptor
 
 
 def _uniform(items: tuple[LayerDef, ...]) -> bool:
@@ -1642,8 +1664,8 @@ def _normalize_signature(op: str, inputs: tuple[Operand, ...], kwargs: tuple[tup
         a, b = dims.get("dim0"), dims.get("dim1")
         if isinstance(a, Const) and isinstance(b, Const) and isinstance(a.value, int) and isinstance(b.value, int) \
                 and a.value > b.value:
-            a, b = b, a
-        merged = tuple((k, a if k == "dim0" else b if k == "dim1" else v) for k, v in merged)
+            low, high = b, a
+            merged = tuple((k, low if k == "dim0" else high if k == "dim1" else v) for k, v in merged)
     return tensors, merged
 
 
@@ -1660,7 +1682,7 @@ def _names(target: ast.expr) -> list[str]:
 _IDENT = re.compile(r"(?<![.\w])[A-Za-z_]\w*(?!\s*=[^=])")
 
 
-def _has_data(e: ast.AST, scope: _Scope) -> bool:
+def _has_data(e: Any, scope: _Scope) -> bool:
     """Whether an expression reads any tracked value (a parameter or local of the method).
 
     The common shapes (names, attribute chains, constants, calls, operators, subscripts, tuples)
@@ -1744,7 +1766,7 @@ def _has_data(e: ast.AST, scope: _Scope) -> bool:
     return False
 
 
-def _attribute_has_data(e: ast.Attribute, scope: _Scope) -> bool:
+def _attribute_has_data(e: Any, scope: _Scope) -> bool:
     """`_has_data` of an attribute chain (`self.weight`, `x.shape`, `config.hidden_size`)."""
     tensors = scope.tensors
     while True:
