@@ -8,7 +8,9 @@ included, every class and method), (c) extracted and matched against every rule 
 (`find([fm], select_rules("all"))` per file). The three measurements are interleaved round by
 round, so that a slow phase of a shared machine hits all of them alike, and the median of the
 rounds is reported with its ratio to the `ast.parse` median. Targets: extraction <= 2.0x,
-extraction + matching <= 2.5x the `ast.parse` time.
+extraction + matching <= 2.5x the `ast.parse` time. The targets are for the installed extractor,
+which setup.py compiles with mypyc where it can; the first lines say which one ran
+(`ADOPTER_PURE_PYTHON=1` times the interpreted one).
 
 `--jobs N` also times `extract_many` over N processes (wall clock; a separate figure, the
 single-process ratio above is the one the target is about).
@@ -96,7 +98,10 @@ def main(argv: list[str] | None = None) -> int:
         return statistics.median(r[phase][which] for r in rounds)
 
     parse = median("parse", 0)
+    import engine.extract
+
     print(f"files {len(items)}, lines {lines}, rounds {args.rounds} (medians; phases interleaved file by file)")
+    print(f"extractor: {engine.extract.IMPLEMENTATION}")
     print(f"{'':28}{'wall s':>8} {'ratio':>6}   {'cpu s':>8} {'ratio':>6}")
     ok = True
     phases = [("ast.parse", "parse", None), ("extract", "extract", EXTRACT_TARGET)]

@@ -38,6 +38,29 @@ class DType(StrEnum):
     bfloat16 = "bfloat16"
 
 
+def _version(value: bool) -> None:
+    if not value:
+        return
+    from importlib.metadata import PackageNotFoundError, version
+
+    import engine.extract
+
+    try:
+        release = version("adopter")
+    except PackageNotFoundError:  # pragma: no cover - running from a bare checkout
+        release = "unknown"
+    typer.echo(f"adopter {release} (python {sys.version.split()[0]}; extractor {engine.extract.IMPLEMENTATION})")
+    raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    show_version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                      help="Print the version and whether the extractor is compiled."),
+) -> None:
+    """Adopter: rewrite PyTorch model code to use optimized kernels, prove it, measure it."""
+
+
 def _fail(message: str, code: int = 2) -> None:
     typer.secho(f"error: {message}", err=True, fg=typer.colors.RED)
     raise typer.Exit(code)
