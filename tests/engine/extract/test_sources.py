@@ -352,6 +352,30 @@ def test_file_that_does_not_parse_gives_an_error_and_the_folder_goes_on(tmp_path
     assert good.cls("Good") is not None and not good.diagnostics
 
 
+@pytest.mark.parametrize("depth", [400, 2500])
+@pytest.mark.parametrize("shape", ["a + b", "a if c else b", "f(b)", "a[b]"])
+def test_deeply_nested_expressions_extract_or_stop_with_a_note(shape, depth):
+    # the interpreted extractor stops at the recursion limit with a note, the compiled one goes
+    # deeper; neither raises, and the class around the expression is still there
+    expr = "x"
+    for _ in range(depth):
+        expr = shape.replace("b", expr, 1) if shape != "f(b)" else f"(x.f({expr}))"
+    text = f"from torch import nn\nclass M(nn.Module):\n    def forward(self, x, a, c):\n        return {expr}\n"
+    fm = extract_source(text, "deep.py", "deep")
+    if fm.diagnostics:  # the parser's own limit (nesting of brackets) comes first for some shapes
+        assert fm.classes == () and "does not parse" in fm.diagnostics[0].message
+        return
+    (forward,) = fm.cls("M").methods
+    assert len(forward.nodes) > depth or forward.notes == ("expression nesting too deep; extraction stopped",)
+
+
+def test_parser_stack_overflow_is_a_parse_error():
+    text = "f = " + "lambda: " * 3000 + "0\n"
+    fm = extract_source(text, "lambdas.py", "lambdas")
+    (diag,) = fm.diagnostics
+    assert diag.severity == "error" and diag.message.startswith("does not parse:")
+
+
 def test_constructs_not_understood_give_notes_and_extraction_goes_on():
     _, forward = _method("""
         from torch import nn
