@@ -3,6 +3,10 @@ output again finds nothing new to rewrite (the engine is idempotent on its own o
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
+
 import pytest
 
 from benchmarks.corpus import all_files
@@ -16,14 +20,25 @@ def rules():
     return select_rules("all")
 
 
+def _rewrite_one(path):
+    text = path.read_text()
+    module = "transformers.models." + path.parent.name + "." + path.stem
+    findings, new_text = scan_source(text, _RULES, path.name, module)
+    return path, text, findings, new_text
+
+
+_RULES: list = []
+
+
 def _rewrite_all(rules):
-    out = []
-    for path in all_files():
-        text = path.read_text()
-        module = "transformers.models." + path.parent.name + "." + path.stem
-        findings, new_text = scan_source(text, rules, path.name, module)
-        out.append((path, text, findings, new_text))
-    return out
+    # the files are independent: spread over the machine's cores (forked workers inherit the rules)
+    _RULES[:] = rules
+    files = all_files()
+    jobs = min(2, os.cpu_count() or 1)
+    if jobs < 2:
+        return [_rewrite_one(p) for p in files]
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("fork")) as pool:
+        return list(pool.map(_rewrite_one, files, chunksize=4))
 
 
 @pytest.fixture(scope="module")
