@@ -9,7 +9,7 @@ source is the reference for both.
 Compilation is best effort: without mypyc or a C compiler, or with ADOPTER_PURE_PYTHON=1 set, the
 package installs with the interpreted extractor and a warning. Next to each compiled module the
 build writes `<module>.native.json` holding the SHA-256 of the source it was compiled from;
-`engine/extract/__init__.py` loads the source instead of a compiled module whose stamp does not match
+`engine/extract/_native.py` loads the source instead of a compiled module whose stamp does not match
 (an edited checkout never runs stale compiled code).
 """
 
@@ -48,12 +48,6 @@ class _BestEffortBuildExt(build_ext):
             target = Path(self.get_ext_fullpath(fullname)).parent / (Path(source).stem + ".native.json")
             digest = hashlib.sha256((HERE / source).read_bytes()).hexdigest()
             target.write_text(json.dumps({"source": Path(source).name, "sha256": digest}) + "\n")
-
-    def build_extension(self, ext) -> None:  # type: ignore[no-untyped-def]
-        try:
-            super().build_extension(ext)
-        except Exception as exc:
-            raise RuntimeError(f"{ext.name}: {exc}") from exc
 
     def _remove_outputs(self) -> None:
         # a half-built set (the runtime library without the module, or the reverse) must not load

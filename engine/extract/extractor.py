@@ -671,7 +671,6 @@ class _MethodExtractor:
         self.generated: set[str] = set()  # temporaries and merge results made up by extraction
         self.avoid_temps = fx.src.temp_like_names()
         self.positions = fx.src.positions
-        self.path = fx.src.path
 
     # -- names ------------------------------------------------------------------------------
 
@@ -765,8 +764,7 @@ class _MethodExtractor:
                 outputs = tuple(self.temp() for _ in range(n_out))
         pos = self.positions.get(id(at))
         if pos is None:
-            pos = self.positions[id(at)] = _new_pos(self.path, at.lineno, at.col_offset,  # type: ignore[attr-defined]
-                                                    at.end_lineno, at.end_col_offset)  # type: ignore[attr-defined]
+            pos = self.src.pos(at)
         self.nodes.append(_new_node(kind, op, inputs, kwargs, outputs, target, guard, pos, self.via))
         return outputs
 
