@@ -115,6 +115,8 @@ def _message(finding: Finding) -> str:
         return f"{text} (rewritten behind a guard: the original code runs when {finding.guard_text})"
     if finding.status == "detected":
         return f"{text} (detected; this rule does not rewrite)"
+    if finding.status == "already-fused":
+        return f"{text} (not rewritten: {finding.reason})"
     return text
 
 
@@ -166,7 +168,7 @@ def to_sarif(findings: Iterable[Finding], rules: Iterable[Rule], root: Path | st
             locations = [{"physicalLocation": {"artifactLocation": {"uri": rel, "uriBaseId": ROOT_BASE_ID},
                                                "region": {"startLine": finding.line, "endLine": finding.end_line}}}]
         properties: dict = {"status": finding.status, "class": finding.cls, "method": finding.method}
-        if finding.status == "near-miss":
+        if finding.status in ("near-miss", "already-fused"):
             properties["reason"] = finding.reason or ""
         if finding.guard_text is not None:
             properties["guard"] = finding.guard_text
@@ -174,7 +176,7 @@ def to_sarif(findings: Iterable[Finding], rules: Iterable[Rule], root: Path | st
         seen[fingerprint] = seen.get(fingerprint, 0) + 1  # identical code twice in a file: :1, :2
         result: dict = {
             "ruleId": finding.rule_id,
-            "level": "note" if finding.status == "near-miss" else "warning",
+            "level": "note" if finding.status in ("near-miss", "already-fused") else "warning",
             "message": {"text": _message(finding)},
             "locations": locations,
             "partialFingerprints": {FINGERPRINT_KEY: f"{fingerprint}:{seen[fingerprint]}"},

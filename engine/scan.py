@@ -12,6 +12,7 @@ from engine.dsl.ir import Diagnostic, FileModel
 from engine.extract import extract_source, iter_python_files
 from engine.extract.imports import module_name_for
 from engine.match import Finding, find, load_rules
+from engine.match.fused import mark_already_fused
 from engine.match.rule import Rule
 from rules import RULES_DIR
 
@@ -76,12 +77,19 @@ def _included(rel: str, include: list[str] | None, exclude: list[str] | None) ->
     return True
 
 
+def _find(fm: FileModel, text: str, rules: list[Rule]) -> list[Finding]:
+    """The rules' findings in one extracted file, fallbacks of a fused path beside them marked
+    `already-fused` (never rewritten)."""
+    findings = find([fm], rules)
+    mark_already_fused(text, fm.module, findings, {r.id: r.kernel for r in rules if r.kernel})
+    return findings
+
+
 def scan_source(text: str, rules: list[Rule], path: str = "model.py", module: str = "model") -> tuple[list[Finding], str]:
     """Scan one source text; return the findings and the rewritten text (unchanged if none)."""
     from engine.synthesize import apply_findings
 
-    fm = extract_source(text, path, module)
-    findings = find([fm], rules)
+    findings = _find(extract_source(text, path, module), text, rules)
     new_text = apply_findings(text, findings) if any(f.status in ("rewritten", "guarded") for f in findings) else text
     return findings, new_text
 
@@ -123,7 +131,7 @@ def scan_path(root: Path | str, *, rules: str | list[Rule] = "default", include:
         fm: FileModel = extract_source(text, rel, module_name_for(path))
         result.files_scanned += 1
         result.diagnostics.extend(fm.diagnostics)
-        findings = find([fm], chosen)
+        findings = _find(fm, text, chosen)
         result.findings.extend(findings)
         if rewrite and any(f.status in ("rewritten", "guarded") for f in findings):
             try:

@@ -97,7 +97,9 @@ class Match:
 @dataclass
 class Finding:
     rule_id: str
-    status: str  # "rewritten" (rewritable), "guarded" (rewritable behind a guard), "near-miss", "detected"
+    # "rewritten" (rewritable), "guarded" (rewritable behind a guard), "near-miss", "detected",
+    # "already-fused" (the fallback of a fused path beside it; engine.match.fused)
+    status: str
     file: str
     cls: str
     method: str

@@ -29,8 +29,8 @@ class Finding:
     path: str
     line: int
     end_line: int | None = None
-    status: str = "rewritten"  # "rewritten", "guarded", "near-miss", "detected"
-    reason: str | None = None  # why a near-miss was not rewritten
+    status: str = "rewritten"  # "rewritten", "guarded", "near-miss", "detected", "already-fused"
+    reason: str | None = None  # why a near-miss (or an already-fused site) was not rewritten
     message: str | None = None
 
     @classmethod

@@ -127,7 +127,7 @@ def _sites(findings: list[Finding], limit: int | None) -> list[str]:
     shown = findings if limit is None else findings[:limit]
     for f in shown:
         span = f"{f.line}" if not f.end_line or f.end_line == f.line else f"{f.line}-{f.end_line}"
-        note = f.reason if f.status == "near-miss" and f.reason else (f.message or "")
+        note = f.reason if f.reason and not f.applied else (f.message or "")
         lines.append(f"| {_code(f.rule_id)} | {_code(f.path)} | {span} | {_cell(f.status)} | {_cell(note)[:300]} |")
     if len(shown) < len(findings):
         lines.append(f"\n… and {len(findings) - len(shown)} more site(s), left out to stay under GitHub's size limit.")

@@ -1,0 +1,258 @@
+"""Already fused: a hand-written site that is the fallback of a fused path beside it.
+
+Model code often carries both forms of one computation: `F.scaled_dot_product_attention` (or a
+flash-attention kernel) when a flag or a version check allows it, and the manual attention
+otherwise (timm's `fused_attn`, Whisper's `use_sdpa`, MONAI's `use_flash_attention`). Rewriting
+the manual branch would turn a deliberate fallback (kept for older torch, for exporters, for
+attention-weight outputs) into a second copy of the fused call. Such a match is reported with the
+status `already-fused` and never rewritten.
+
+A match is already fused when it and a call of the rule's kernel lie on *exclusive paths* of one
+function: the two branches of one `if` (or of a conditional expression), or one of them after an
+`if` whose branch holding the other always leaves the function (`if self.fused: return sdpa(...)`).
+A call counts as the kernel when it resolves (through the file's imports) to the rule's kernel or
+to a library kernel for the same operation, or to a function or method of the same file that
+itself calls one (a `self.flash_attn(q, k, v)` wrapper), to a bounded depth. A match inside a
+helper counts through the helper's call sites in the same file (timm's `_layer_norm_cf`, called
+where `F.layer_norm` is not).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from engine.extract.imports import Imports
+
+# Library kernels that compute what a rule's kernel computes: a call of one of these (a qualified
+# name, or a package prefix ending in ".") beside a manual form is a fused path too.
+EQUIVALENT_KERNELS: dict[str, tuple[str, ...]] = {
+    "torch.nn.functional.scaled_dot_product_attention": (
+        "flash_attn.",  # flash_attn_func, flash_attn_qkvpacked_func, flash_attn_varlen_func, ...
+        "xformers.ops.memory_efficient_attention",
+        "xformers.ops.fmha.",
+    ),
+}
+_WRAPPER_DEPTH = 3  # how many local function layers between a call and the kernel are followed
+_CALLER_DEPTH = 2  # how many call-site layers above a helper holding the match are followed
+
+_Func = ast.FunctionDef | ast.AsyncFunctionDef
+
+
+@dataclass(frozen=True)
+class _Step:
+    """One step on the way down from a function to a node: into field `field` of `node` (a block
+    such as `body`/`orelse`, or an expression slot such as an `IfExp`'s `body`), at `index`."""
+
+    node: ast.AST
+    field: str
+    index: int
+
+
+def _kernel_names(kernel: str) -> tuple[str, ...]:
+    return (kernel, *EQUIVALENT_KERNELS.get(kernel, ()))
+
+
+def _is_kernel(name: str | None, names: tuple[str, ...]) -> bool:
+    if not name:
+        return False
+    return any(name.startswith(n) if n.endswith(".") else name == n for n in names)
+
+
+class _File:
+    """The parsed file: its functions, who calls whom, and where each node sits."""
+
+    def __init__(self, tree: ast.Module, module: str) -> None:
+        self.imports = Imports(tree, module)
+        self.parent: dict[ast.AST, ast.AST] = {}
+        self.functions: list[tuple[str | None, _Func]] = []  # (class name or None, def)
+        self.class_of: dict[_Func, str | None] = {}
+        for node in ast.walk(tree):
+            for child in ast.iter_child_nodes(node):
+                self.parent[child] = node
+        for stmt in tree.body:
+            if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef):
+                self.functions.append((None, stmt))
+            elif isinstance(stmt, ast.ClassDef):
+                for item in stmt.body:
+                    if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef):
+                        self.functions.append((stmt.name, item))
+        for cls, fn in self.functions:
+            self.class_of[fn] = cls
+
+    def enclosing_function(self, node: ast.AST) -> _Func | None:
+        while node in self.parent:
+            node = self.parent[node]
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node in self.class_of:
+                return node
+        return None
+
+    def callee(self, call: ast.Call, caller_class: str | None) -> _Func | None:
+        """The function of this file a call invokes, where that is plain from the call: `name(...)` of
+        a module-level function, `self.name(...)` of a method of the caller's class."""
+        func = call.func
+        if isinstance(func, ast.Name):
+            return next((fn for cls, fn in self.functions if cls is None and fn.name == func.id), None)
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
+            return next((fn for cls, fn in self.functions if cls == caller_class and fn.name == func.attr),
+                        None)
+        return None
+
+    def calls(self, fn: _Func) -> Iterator[ast.Call]:
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Call):
+                yield node
+
+    def kernel_calls(self, names: tuple[str, ...]) -> dict[_Func, list[ast.Call]]:
+        """Per function: the calls in it that run the kernel, directly or through local wrappers."""
+        fusing: set[_Func] = set()
+        for _ in range(_WRAPPER_DEPTH + 1):
+            grew = False
+            for cls, fn in self.functions:
+                if fn in fusing:
+                    continue
+                if any(self._runs_kernel(c, cls, names, fusing) for c in self.calls(fn)):
+                    fusing.add(fn)
+                    grew = True
+            if not grew:
+                break
+        found: dict[_Func, list[ast.Call]] = {}
+        for cls, fn in self.functions:
+            hits = [c for c in self.calls(fn) if self._runs_kernel(c, cls, names, fusing)]
+            if hits:
+                found[fn] = hits
+        return found
+
+    def _runs_kernel(self, call: ast.Call, cls: str | None, names: tuple[str, ...], fusing: set[_Func]) -> bool:
+        if _is_kernel(self.imports.qualify(call.func), names):
+            return True
+        target = self.callee(call, cls)
+        return target is not None and target in fusing
+
+    def steps(self, node: ast.AST, fn: _Func) -> list[_Step]:
+        """The path from `fn` down to `node`: which field (and list position) each step takes."""
+        path: list[_Step] = []
+        child = node
+        while child is not fn and child in self.parent:
+            parent = self.parent[child]
+            for name, value in ast.iter_fields(parent):
+                if value is child:
+                    path.append(_Step(parent, name, 0))
+                    break
+                if isinstance(value, list) and any(v is child for v in value):
+                    path.append(_Step(parent, name, next(i for i, v in enumerate(value) if v is child)))
+                    break
+            child = parent
+        path.reverse()
+        return path
+
+
+def _leaves(stmt: ast.stmt) -> bool:
+    """Whether the statement always leaves the function (returns or raises on every path)."""
+    if isinstance(stmt, ast.Return | ast.Raise):
+        return True
+    if isinstance(stmt, ast.If):
+        return bool(stmt.orelse) and _block_leaves(stmt.body) and _block_leaves(stmt.orelse)
+    return False
+
+
+def _block_leaves(block: list[ast.stmt]) -> bool:
+    return bool(block) and _leaves(block[-1])
+
+
+def _exclusive(a: list[_Step], b: list[_Step]) -> bool:
+    """Whether two nodes, given by their paths from one function, never run in one call: they sit in
+    the two branches of one `if` (or conditional expression), or one sits in a later statement of a
+    block than the other, whose `if` branch holding it always leaves the function."""
+    for i, (sa, sb) in enumerate(zip(a, b, strict=False)):
+        if sa == sb:
+            continue
+        if isinstance(sa.node, ast.If | ast.IfExp) and {sa.field, sb.field} == {"body", "orelse"}:
+            return True
+        if sa.field == sb.field and sa.index != sb.index:
+            earlier = a if sa.index < sb.index else b
+            return _inside_leaving_branch(earlier[i:])
+        return False
+    return False
+
+
+def _inside_leaving_branch(path: list[_Step]) -> bool:
+    """Whether some `if` branch on this path always leaves the function."""
+    return any(isinstance(step.node, ast.If) and step.field in ("body", "orelse")
+               and _block_leaves(getattr(step.node, step.field)) for step in path[1:])
+
+
+def _statement_at(line: int, fn: _Func) -> ast.stmt | None:
+    """The innermost statement of `fn` that spans the line."""
+    spanning = [node for node in ast.walk(fn) if isinstance(node, ast.stmt) and node is not fn
+                and node.lineno <= line <= (node.end_lineno or node.lineno)]
+    return max(spanning, key=lambda n: (n.lineno, -(n.end_lineno or n.lineno)), default=None)
+
+
+def already_fused_reason(tree: ast.Module, module: str, lines: Iterable[int], kernel: str,
+                         file: _File | None = None) -> str | None:
+    """Why the site at `lines` (its matched lines) is already fused, or None."""
+    file = file or _File(tree, module)
+    names = _kernel_names(kernel)
+    kernel_sites = file.kernel_calls(names)
+    if not kernel_sites:
+        return None
+    for line in lines:
+        fn = next((f for _, f in file.functions if f.lineno <= line <= (f.end_lineno or f.lineno)
+                   and _innermost(file, f, line)), None)
+        if fn is None:
+            continue
+        stmt = _statement_at(line, fn)
+        if stmt is None:
+            continue
+        reason = _fused_beside(file, stmt, fn, kernel_sites, depth=0)
+        if reason:
+            return reason
+    return None
+
+
+def _innermost(file: _File, fn: _Func, line: int) -> bool:
+    """`fn` is the innermost of the file's functions holding the line (methods inside classes)."""
+    return not any(other is not fn and fn.lineno <= other.lineno and (other.end_lineno or 0) <= (fn.end_lineno or 0)
+                   and other.lineno <= line <= (other.end_lineno or other.lineno) for _, other in file.functions)
+
+
+def _fused_beside(file: _File, node: ast.AST, fn: _Func, kernel_sites: dict[_Func, list[ast.Call]],
+                  depth: int) -> str | None:
+    here = file.steps(node, fn)
+    for call in kernel_sites.get(fn, ()):
+        if _exclusive(here, file.steps(call, fn)):
+            return (f"already-fused: the fused path at line {call.lineno} "
+                    f"(`{ast.unparse(call.func)}`) runs instead of this code where it can")
+    if depth >= _CALLER_DEPTH:
+        return None
+    # a helper: look at its call sites in this file
+    for cls, caller in file.functions:
+        for call in file.calls(caller):
+            if file.callee(call, cls) is fn:
+                reason = _fused_beside(file, call, caller, kernel_sites, depth + 1)
+                if reason:
+                    return reason
+    return None
+
+
+def mark_already_fused(text: str, module: str, findings: list, kernels: dict[str, str]) -> None:
+    """Turn applicable findings whose site is a fallback of a fused path into `already-fused`.
+
+    `kernels` maps a rule id to its kernel's qualified name; findings of other rules are left alone.
+    """
+    todo = [f for f in findings if f.status in ("rewritten", "guarded") and kernels.get(f.rule_id)]
+    if not todo:
+        return
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return  # extraction already reported the file; nothing here to rewrite either
+    file = _File(tree, module)
+    for finding in todo:
+        lines = sorted({p.line for p in finding.locations} or {finding.line})
+        reason = already_fused_reason(tree, module, lines[:1], kernels[finding.rule_id], file)
+        if reason:
+            finding.status = "already-fused"
+            finding.reason = reason
