@@ -1,5 +1,5 @@
 """The wild corpus's scoring (no download): labels pair with findings one to one by rule, file and
-line; applied findings without a `fire` label are false positives."""
+line; applied findings without a `fire` label are false positives; the labels file itself is checked too."""
 
 from __future__ import annotations
 
@@ -28,3 +28,31 @@ def test_pairs_by_rule_file_and_line():
 def test_one_finding_answers_one_label():
     result = score([_label(10), _label(11)], [_site(10)])
     assert len(result.tp) == 1 and len(result.fn) == 1
+
+
+def test_the_labels_file_reads_and_every_row_says_why():
+    from benchmarks import wild_corpus as W
+
+    labels = W.read_labels()
+    names = {p.name for p in W.PACKAGES}
+    assert {lb.package for lb in labels} <= names
+    assert all(lb.reason.strip() for lb in labels)
+    # a fallback beside an existing fused path is reported and left alone, never a rewrite target
+    assert all(lb.expected == "no" for lb in labels if lb.reason.startswith("already-fused"))
+    # each package belongs to one set, and the sets split the labels without overlap
+    assert W.SETS == ("wild1", "wild2")
+    parts = [W.set_labels(labels, s) for s in W.SETS]
+    assert sum(map(len, parts)) == len(labels) and all(parts)
+
+
+def test_scores_split_by_set():
+    from benchmarks import wild_corpus as W
+
+    one = next(p for p in W.PACKAGES if p.set == "wild1").name
+    two = next(p for p in W.PACKAGES if p.set == "wild2").name
+    labels = [Label(one, "m.py", "A.forward", 10, "sdpa-attention", "fire", ""),
+              Label(two, "m.py", "A.forward", 10, "sdpa-attention", "fire", "")]
+    sites = [Site(one, "m.py", "sdpa-attention", "rewritten", 10, 13, frozenset({10, 13}), "A.forward", None)]
+    first = score(W.set_labels(labels, "wild1"), W.set_sites(sites, "wild1"))
+    second = score(W.set_labels(labels, "wild2"), W.set_sites(sites, "wild2"))
+    assert (len(first.tp), len(first.fn)) == (1, 0) and (len(second.tp), len(second.fn)) == (0, 1)
