@@ -130,7 +130,9 @@ def _what_it_does(rule: Rule) -> str:
                      "behind a guard on that path and uses the kernel on the others (status `guarded`)")
         text += "."
     text += (" A structure that differs from the pattern only in a constant, or that fails the rule's "
-             "conditions or scope analysis, is reported as a `near-miss` with the reason and left unchanged.")
+             "conditions or scope analysis, is reported as a `near-miss` with the reason and left unchanged. "
+             "A match on a path exclusive to a call of the kernel itself (the fallback of a fused path beside it, "
+             "under a flag, a version check or an early return) is reported as `already-fused` and left unchanged.")
     return text
 
 
