@@ -375,6 +375,16 @@ class _FileExtractor:
         methods: list[Method] = []
         for fn in self.functions.values():
             methods.append(_MethodExtractor(self, [], {}, fn).run())
+        # methods of classes that are not modules (a Trainer building the optimizer, a sampler), as
+        # functions named `Class.method`: no layers of their own, but what they call still matches
+        for name, info in self.classes.items():
+            if _is_module_class(info, self.classes):
+                continue
+            for fn in info.methods.values():
+                if any(_calls_something(stmt) for stmt in fn.body):
+                    method = _MethodExtractor(self, [], {}, fn).run()
+                    methods.append(Method(f"{name}.{method.name}", method.params, method.nodes, method.pos,
+                                          method.notes))
         body = [stmt for stmt in self.tree.body
                 if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom))
                 and not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant))]
