@@ -130,6 +130,7 @@ class FakeGitHub:
         # full name -> login -> legacy base role ("admin", "write", "read"), as a collaborator has it
         self.collaborators: dict[str, dict[str, str]] = {}
         self.reactions: list[dict] = []
+        self.git_fetches: list[tuple[str, Grant]] = []  # (repository, token grant) of every git request
         self.requests: list[tuple[str, str]] = []  # (method, path) of every request
         self.fail_next: list[tuple[str, str, int, dict]] = []  # (method, path regex, status, headers)
         self.lock = threading.RLock()
@@ -433,6 +434,8 @@ class _Handler(BaseHTTPRequestHandler):
             raise HttpError(401, "Authentication failed", {"WWW-Authenticate": 'Basic realm="fake"'})
         if not grant.allows(("contents",), "read"):
             raise HttpError(403, "Permission to read the repository's contents denied")
+        with fake.lock:
+            fake.git_fetches.append((repo.full_name, grant))
         body = self.rfile.read(int(self.headers.get("content-length") or 0))
         env = {
             **os.environ, **GIT_ENV, "GIT_PROJECT_ROOT": str(fake.root), "GIT_HTTP_EXPORT_ALL": "1",
@@ -505,6 +508,21 @@ class _Handler(BaseHTTPRequestHandler):
         if login is None:
             raise HttpError(401, "Bad credentials")
         return login
+
+    def revoke_user_token(self, client_id):
+        """``DELETE /applications/{client_id}/token``: basic auth with the OAuth client's id and secret."""
+        fake = self.fake
+        scheme, _, encoded = self.headers.get("authorization", "").partition(" ")
+        try:
+            user, _, secret = base64.b64decode(encoded).decode().partition(":") if scheme == "Basic" else ("", "", "")
+        except ValueError:
+            user = secret = ""
+        if user != client_id or fake.oauth_clients.get(client_id) != secret:
+            raise HttpError(404, "Not Found")
+        token = _json_body(self).get("access_token")
+        if fake.user_tokens.pop(token, None) is None:
+            raise HttpError(422, "Validation Failed: access_token")
+        return 204, None
 
     def get_user(self):
         fake, login = self.fake, self._user_login()
@@ -768,6 +786,7 @@ class _Handler(BaseHTTPRequestHandler):
 _R = r"/repos/([^/]+)/([^/]+)"
 ROUTES = [
     (r"/app/installations/(\d+)/access_tokens", "POST", "access_token"),
+    (r"/applications/([^/]+)/token", "DELETE", "revoke_user_token"),
     (r"/user", "GET", "get_user"),
     (r"/user/installations", "GET", "user_installations"),
     (_R, "GET", "get_repo"),
