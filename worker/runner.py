@@ -10,6 +10,9 @@ its figures leave as a ``BuildReport`` on the ``adopter`` queue, where the contr
 A build is done once: the broker hands an unacknowledged message out again after its visibility
 timeout (the runner died, or the build outlasted the timeout), so a runner marks each build it
 reported in Redis (the broker, the only shared state a runner has) and skips a build marked done.
+A build whose process dies (repository code that kills it, the kernel's OOM killer) goes back on the
+queue; its starts are counted there too, and past ``ADOPTER_TASK_MAX_RETRIES`` retries the build is
+reported as failed with that reason instead of being started again without end.
 
 Fail closed: a runner that finds a credential in its own environment refuses to build in
 production (the scan fails with the names to remove) and warns loudly in development.
@@ -42,6 +45,19 @@ def _redis():
 
 def _done_key(job: BuildJob) -> str:
     return f"{get_runner_settings().redis_key_prefix}adopter:build-done:{job.key}"
+
+
+def too_many_starts(job: BuildJob) -> str | None:
+    """Count this start of ``job``; why it must not start again, or None."""
+    key = f"{get_runner_settings().redis_key_prefix}adopter:build-starts:{job.key}"
+    client = _redis()
+    starts = client.incr(key)
+    client.expire(key, DONE_TTL_S)
+    allowed = get_runner_settings().task_max_retries + 1
+    if starts > allowed:
+        return (f"verify_bench: the build was started {allowed} times and did not finish (its process died: "
+                "killed by the repository's code, out of memory, or the runner stopped)")
+    return None
 
 
 def credentials_refusal() -> str | None:
@@ -94,9 +110,11 @@ def run_builds(self: Task, job: dict) -> None:
     if _redis().exists(_done_key(parsed)):
         log.info("scan %s: build %s was reported already; not building it again", parsed.scan_id, parsed.key)
         return None
-    refusal = credentials_refusal()
+    refusal = credentials_refusal() or too_many_starts(parsed)
     if refusal:
-        return report(BuildReport(scan_id=parsed.scan_id, key=parsed.key, ticket=parsed.ticket, error=f"verify_bench: {refusal}"), parsed)
+        return report(BuildReport(scan_id=parsed.scan_id, key=parsed.key, ticket=parsed.ticket,
+                                  error=refusal if refusal.startswith("verify_bench:") else f"verify_bench: {refusal}"),
+                      parsed)
     settings = get_runner_settings()
     try:
         results = build(parsed)

@@ -7,13 +7,16 @@ The real engine with two test-only additions:
 - ``verify`` first records, in ``$ADOPTER_TEST_PAUSE_DIR/runner-<pid>.json``, what the process
   that builds repository code can read of itself and of its parent (the Celery main process):
   environment variable names, ``/proc/self/environ``, ``/proc/<ppid>/environ`` and command lines.
-  That is what the red team's harness read the App key from.
+  That is what the red team's harness read the App key from. While
+  ``$ADOPTER_TEST_PAUSE_DIR/kill-verify`` exists, it then notes its pid in ``killed.log`` and kills
+  its own process (SIGKILL), as hostile repository code can.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -42,6 +45,11 @@ def verify(root: Path, files: dict[str, str]):
     from engine.verify import verify as engine_verify
 
     _record_runner_view()
+    pause = os.environ.get("ADOPTER_TEST_PAUSE_DIR")
+    if pause and (Path(pause) / "kill-verify").exists():
+        with open(Path(pause) / "killed.log", "a") as log:
+            log.write(f"{os.getpid()}\n")
+        os.kill(os.getpid(), signal.SIGKILL)
     return engine_verify(root, files)
 
 

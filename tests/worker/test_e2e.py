@@ -340,3 +340,24 @@ def test_metrics_report_deliveries_scans_and_task_durations(stack, installed):
     assert 'adopter_webhook_deliveries_total{event="installation",status="processed"} 1' in text
     assert 'adopter_scans{state="done"}' in text and 'adopter_scans{state="done"} 0' not in text
     assert 'adopter_task_duration_seconds_count{task="scan",outcome="ok"}' in text
+
+
+def test_a_build_whose_process_keeps_dying_fails_its_scan_after_the_retry_limit(stack, installed):
+    """The runner's pool process is SIGKILLed in verify at every start: the scan fails with the
+    reason after ADOPTER_TASK_MAX_RETRIES (3) retries, and the runner and the control worker live on."""
+    model = stack.fake.file_at(REPO, "refs/heads/main", "model.py") + "\n\n# killed in verify\n"
+    old = stack.fake.ref_sha(stack.fake.repos[REPO], "refs/heads/main")
+    new = stack.fake.commit_files(REPO, {"model.py": model}, "A model whose build dies")
+    (stack.pause_dir / "kill-verify").write_text("")
+    try:
+        response = stack.send("push", stack.push(old, new))
+        [scan_id] = stack.scans_of_delivery(response.json()["delivery"])
+        scan = stack.scan_done(scan_id, timeout=400)
+    finally:
+        (stack.pause_dir / "kill-verify").unlink()
+    assert scan["state"] == "failed"
+    assert "started 4 times and did not finish" in scan["reason"], scan["reason"]
+    # Every start reached verify and died there, each in a fresh pool process; the fifth was refused.
+    killed = (stack.pause_dir / "killed.log").read_text().split()
+    assert len(killed) == 4 and len(set(killed)) == 4
+    assert stack.runner.process.poll() is None and stack.worker.process.poll() is None
