@@ -4,31 +4,41 @@
    ``state`` (kept in a short-lived signed cookie, checked on return: no login CSRF).
 2. ``/auth/callback`` exchanges the code at ``GITHUB_URL/login/oauth/access_token`` for a user
    token, asks the API who the user is (``GET /user``) and which installations of the App they can
-   access (``GET /user/installations``, every page), and keeps login and installation ids in a
-   signed session cookie. The token itself is not kept anywhere: it is used and dropped.
-3. ``/auth/logout`` (POST) forgets the session.
+   access (``GET /user/installations``, every page), and keeps the login, a random session id and
+   the user token (encrypted) in a signed session cookie.
+3. ``/auth/logout`` (POST, same origin only: a cross-site form cannot sign anyone out) revokes
+   the session and the token (``app.dashboard.access.revoke_session``) and forgets the cookie.
 
-The installation ids in the cookie are what ``app.dashboard.access`` narrows every query to;
-they are re-read from GitHub at each sign-in, and the cookie expires after
+``app.dashboard.access`` re-asks GitHub which installations the person can access at most every
+``ADOPTER_SESSION_RECHECK_S`` seconds and narrows every query to them; the cookie expires after
 ``ADOPTER_SESSION_MAX_AGE_S``.
 """
 
 from __future__ import annotations
 
 import secrets
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
 import httpx
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 from itsdangerous import BadSignature
 
-from app.dashboard.access import OAUTH_COOKIE, SESSION_COOKIE, get_config, serializer, session_value
+from app.dashboard.access import (
+    ACCESS,
+    GITHUB_HEADERS,
+    OAUTH_COOKIE,
+    SESSION_COOKIE,
+    get_config,
+    revoke_session,
+    serializer,
+    session_value,
+    user_installations,
+)
 from app.dashboard.config import DashboardConfig
 
 router = APIRouter(prefix="/auth", include_in_schema=False)
 STATE_MAX_AGE_S = 600
-MAX_INSTALLATION_PAGES = 20  # 2,000 installations: far beyond any one person's
 
 
 def safe_next(target: str | None) -> str:
@@ -64,8 +74,8 @@ def login(request: Request, next: str | None = Query(None)):  # noqa: A002 - the
     return response
 
 
-def github_identity(config: DashboardConfig, code: str, redirect_uri: str) -> tuple[str, int, list[int]]:
-    """Code -> (login, user id, ids of the App's installations the user can access)."""
+def github_identity(config: DashboardConfig, code: str, redirect_uri: str) -> tuple[str, int, list[int], str]:
+    """Code -> (login, user id, ids of the App's installations the user can access, user token)."""
     with httpx.Client(timeout=10.0, headers={"Accept": "application/json", "User-Agent": "adopter-dashboard"}) as http:
         answer = http.post(f"{config.github_url}/login/oauth/access_token", data={
             "client_id": config.client_id, "client_secret": config.client_secret, "code": code,
@@ -75,20 +85,10 @@ def github_identity(config: DashboardConfig, code: str, redirect_uri: str) -> tu
         token = body.get("access_token")
         if not token:
             raise PermissionError(body.get("error_description") or body.get("error") or "no access token")
-        auth = {"Authorization": f"Bearer {token}", "Accept": "application/vnd.github+json",
-                "X-GitHub-Api-Version": "2022-11-28"}
-        user = http.get(f"{config.github_api_url}/user", headers=auth)
+        user = http.get(f"{config.github_api_url}/user", headers={**GITHUB_HEADERS, "Authorization": f"Bearer {token}"})
         user.raise_for_status()
-        ids: list[int] = []
-        for page in range(1, MAX_INSTALLATION_PAGES + 1):
-            listing = http.get(f"{config.github_api_url}/user/installations", headers=auth,
-                               params={"per_page": 100, "page": page})
-            listing.raise_for_status()
-            batch = listing.json().get("installations", [])
-            ids.extend(int(i["id"]) for i in batch)
-            if len(batch) < 100:
-                break
-        return str(user.json()["login"]), int(user.json()["id"]), ids
+        ids = user_installations(config, http, token)
+        return str(user.json()["login"]), int(user.json()["id"]), ids, token
 
 
 @router.get("/callback", name="auth_callback")
@@ -106,21 +106,37 @@ def callback(request: Request, code: str | None = Query(None), state: str | None
     if error or not code:
         return _problem(401, f"GitHub did not sign you in: {error or 'no code'}.")
     try:
-        login_name, user_id, ids = github_identity(config, code, str(request.url_for("auth_callback")))
+        login_name, user_id, ids, token = github_identity(config, code, str(request.url_for("auth_callback")))
     except PermissionError as exc:
         return _problem(401, f"GitHub refused the sign-in: {exc}")
     except (httpx.HTTPError, KeyError, ValueError) as exc:
         return _problem(502, f"GitHub could not be asked who you are: {exc}")
     response = RedirectResponse(safe_next(saved.get("next")), 303)
-    response.set_cookie(SESSION_COOKIE, session_value(config, login_name, user_id, ids),
+    session_id = secrets.token_urlsafe(24)
+    ACCESS.put(session_id, frozenset(ids))
+    response.set_cookie(SESSION_COOKIE, session_value(config, login_name, user_id, token, session_id),
                         max_age=config.session_max_age_s, httponly=True, samesite="lax",
                         secure=config.secure_cookies)
     response.delete_cookie(OAUTH_COOKIE, path="/auth")
     return response
 
 
+def same_origin(request: Request) -> bool:
+    """Whether the request comes from a page of this site: its Origin (or, lacking one, its
+    Referer) is this site's scheme and host. A request with neither is refused."""
+    claimed = request.headers.get("origin") or request.headers.get("referer")
+    if not claimed or claimed == "null":
+        return False
+    parts = urlsplit(claimed)
+    return f"{parts.scheme}://{parts.netloc}" == f"{request.url.scheme}://{request.url.netloc}"
+
+
 @router.post("/logout")
 def logout(request: Request):
-    response = RedirectResponse("/auth/login" if not get_config(request).local else "/", 303)
+    config = get_config(request)
+    if not same_origin(request):
+        return _problem(403, "Signing out must come from a page of this site.")
+    revoke_session(config, request.cookies.get(SESSION_COOKIE))
+    response = RedirectResponse("/auth/login" if not config.local else "/", 303)
     response.delete_cookie(SESSION_COOKIE)
     return response

@@ -12,6 +12,7 @@ from fastapi import FastAPI
 
 from app.dashboard import router as dashboard_router
 from app.observability import router as observability_router
+from app.security_headers import SecurityHeaders
 from app.settings import Settings, get_settings
 from app.webhooks.receiver import router as webhook_router
 
@@ -28,6 +29,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(webhook_router)
     app.include_router(observability_router)
     app.include_router(dashboard_router)  # pages, /api/..., /auth/... (app/dashboard)
+    app.add_middleware(SecurityHeaders)  # CSP and frame protection on every response
     return app
 
 

@@ -1,4 +1,14 @@
-"""The service's one settings class: environment variables prefixed ``ADOPTER_``.
+"""The service's settings: environment variables prefixed ``ADOPTER_``.
+
+Two classes, because two kinds of process read them:
+
+- ``RunnerSettings``: what a *runner* needs, the process that clones a repository with a
+  short-lived read-only token and builds its code (verify, bench). It names no secret: a runner
+  never holds the App's private key, the database URL (with its password) or the webhook secret.
+  The runner reads only this class (``get_runner_settings``), so a runner started without those
+  variables works, and ``secrets_in_environment`` tells when one was started with them.
+- ``Settings`` (``get_settings``): the API and the control worker (webhooks, database, minting
+  tokens, publishing): the runner's fields plus the secrets.
 
 Outside development a missing secret stops start-up with a message naming the variable; in
 development the App's private key may be absent (webhooks are still verified with the secret,
@@ -7,6 +17,7 @@ which is required everywhere: an unverified webhook endpoint is never acceptable
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
@@ -19,30 +30,36 @@ class SettingsError(RuntimeError):
     """Raised when the environment cannot make a working service; the message says what to set."""
 
 
-class Settings(BaseSettings):
+# Variables that hold a credential a runner must never see (each names a secret or carries one:
+# the database URL holds its password). Checked by ``secrets_in_environment``.
+SECRET_VARIABLES = (
+    "ADOPTER_GITHUB_PRIVATE_KEY",
+    "ADOPTER_GITHUB_PRIVATE_KEY_PATH",
+    "ADOPTER_WEBHOOK_SECRET",
+    "ADOPTER_DATABASE_URL",
+    "ADOPTER_GITHUB_CLIENT_SECRET",
+    "ADOPTER_SESSION_SECRET",
+)
+
+
+def secrets_in_environment(environ: Mapping[str, str]) -> list[str]:
+    """The names of ``SECRET_VARIABLES`` set (non-empty) in ``environ``."""
+    return [name for name in SECRET_VARIABLES if environ.get(name)]
+
+
+class RunnerSettings(BaseSettings):
+    """What a runner (clone with a read-only token, verify, bench) needs; no secrets."""
+
     model_config = SettingsConfigDict(env_prefix="ADOPTER_", extra="ignore")
 
     env: Literal["development", "production"] = "development"
-    database_url: str = "sqlite:///.adopter/adopter.db"
     redis_url: str = "redis://127.0.0.1:6379/0"
     # Every Redis key the broker uses starts with this (isolates deployments sharing one Redis).
     redis_key_prefix: str = ""
 
-    github_api_url: str = "https://api.github.com"
-    github_app_id: str | None = None
-    github_private_key: str | None = None
-    github_private_key_path: Path | None = None
-    webhook_secret: str | None = None
-
-    # Webhook bodies above this are answered 413 without being read (GitHub caps payloads at 25 MB).
-    webhook_max_body_bytes: int = Field(default=25 * 1024 * 1024, gt=0)
-    # The word that starts a command in a pull request comment.
-    bot_mention: str = "@adopter"
-
     # Where workers clone repositories; each scan gets its own folder, removed when the scan ends.
     work_dir: Path = Path(".adopter/work")
     clone_timeout_s: int = 300
-    max_repo_kib: int = 500 * 1024  # checked against the API's size before cloning
     max_checkout_bytes: int = 1024 * 1024 * 1024  # checked on disk after cloning
     max_files: int = 50_000
 
@@ -65,6 +82,30 @@ class Settings(BaseSettings):
     engine_report: str = "engine.report:render_pr_body"
 
     @model_validator(mode="after")
+    def _limits_consistent(self) -> RunnerSettings:
+        if self.task_soft_time_limit >= self.task_time_limit:
+            raise ValueError("ADOPTER_TASK_SOFT_TIME_LIMIT must be below ADOPTER_TASK_TIME_LIMIT")
+        return self
+
+
+class Settings(RunnerSettings):
+    """The API's and the control worker's settings: the runner's plus database and credentials."""
+
+    database_url: str = "sqlite:///.adopter/adopter.db"
+    github_api_url: str = "https://api.github.com"
+    github_app_id: str | None = None
+    github_private_key: str | None = None
+    github_private_key_path: Path | None = None
+    webhook_secret: str | None = None
+
+    # Webhook bodies above this are answered 413 while streaming, before they are buffered
+    # (GitHub caps payloads at 25 MB).
+    webhook_max_body_bytes: int = Field(default=25 * 1024 * 1024, gt=0)
+    # The word that starts a command in a pull request comment.
+    bot_mention: str = "@adopter"
+    max_repo_kib: int = 500 * 1024  # checked against the API's size before cloning
+
+    @model_validator(mode="after")
     def _secrets_present(self) -> Settings:
         missing = []
         if not self.webhook_secret:
@@ -78,8 +119,6 @@ class Settings(BaseSettings):
             raise ValueError(f"Adopter ({self.env}) cannot start: set {', '.join(missing)}")
         if self.github_private_key_path and not self.github_private_key_path.is_file():
             raise ValueError(f"ADOPTER_GITHUB_PRIVATE_KEY_PATH: no file at {self.github_private_key_path}")
-        if self.task_soft_time_limit >= self.task_time_limit:
-            raise ValueError("ADOPTER_TASK_SOFT_TIME_LIMIT must be below ADOPTER_TASK_TIME_LIMIT")
         return self
 
     def private_key(self) -> str | None:
@@ -91,11 +130,9 @@ class Settings(BaseSettings):
         return None
 
 
-@lru_cache(maxsize=1)
-def get_settings() -> Settings:
-    """The process's settings, read once. Raises SettingsError with a readable message."""
+def _read(cls: type[RunnerSettings]) -> RunnerSettings:
     try:
-        return Settings()
+        return cls()
     except ValueError as exc:  # pydantic's ValidationError is a ValueError
         messages = []
         for error in getattr(exc, "errors", lambda: [])():
@@ -103,3 +140,15 @@ def get_settings() -> Settings:
             msg = error.get("msg", "").removeprefix("Value error, ")
             messages.append(f"ADOPTER_{where.upper()}: {msg}" if where else msg)
         raise SettingsError("; ".join(messages) or str(exc)) from None
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The API's and control worker's settings, read once. Raises SettingsError with a readable message."""
+    return _read(Settings)
+
+
+@lru_cache(maxsize=1)
+def get_runner_settings() -> RunnerSettings:
+    """A runner's settings (no secrets), read once. Raises SettingsError with a readable message."""
+    return _read(RunnerSettings)

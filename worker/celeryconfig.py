@@ -1,10 +1,14 @@
-"""Celery configuration from the service settings (imported by Celery on first use of the app)."""
+"""Celery configuration from the service settings (imported by Celery on first use of the app).
+
+Read from ``RunnerSettings``, the settings without secrets: a runner (the ``cpu``/``gpu`` queues)
+starts without the App key, the database URL and the webhook secret in its environment.
+"""
 
 from __future__ import annotations
 
-from app.settings import get_settings
+from app.settings import get_runner_settings
 
-_settings = get_settings()
+_settings = get_runner_settings()
 
 broker_url = _settings.redis_url
 broker_transport_options = {
@@ -17,7 +21,9 @@ task_ignore_result = True
 result_backend = None
 
 task_default_queue = "adopter"
-task_routes = {"adopter.verify_bench": {"queue": _settings.bench_queue}}
+# Only the build of repository code goes to the runners; everything that needs the database or
+# the App key (including the verify_bench stage, which prepares the build) stays on "adopter".
+task_routes = {"adopter.run_builds": {"queue": _settings.bench_queue}}
 
 # A task is acknowledged only after it finished, and a task whose worker process was killed goes
 # back to the queue: a killed worker loses nothing (tasks are idempotent, see worker.tasks).

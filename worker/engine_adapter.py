@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app.settings import Settings, get_settings
+from app.settings import RunnerSettings, get_runner_settings
 
 
 class EngineStageUnavailable(RuntimeError):
@@ -82,7 +82,7 @@ class Benchmark:
 def scan(root: Path, *, rules: str = "default", include: list[str] | None = None,
          exclude: list[str] | None = None) -> ScanOutput:
     """``engine.scan.scan_path``: parses the checkout (never imports or runs its code)."""
-    scan_path = _load(get_settings().engine_scan)
+    scan_path = _load(get_runner_settings().engine_scan)
     result = scan_path(root, rules=rules, include=include, exclude=exclude)
     findings = [
         FindingRecord(
@@ -104,7 +104,7 @@ def verify(root: Path, files: dict[str, str]) -> Verification:
     """``engine.verify.verify``: original against rewritten, same weights and inputs; the
     repository's code runs in the engine's sandboxed child processes (scrubbed environment, no
     token), never in this process. The harness comes from the repository's config file."""
-    verify_rewrite = _load(get_settings().engine_verify)
+    verify_rewrite = _load(get_runner_settings().engine_verify)
     outcome = verify_rewrite(root, files)
     details = outcome.to_dict() if hasattr(outcome, "to_dict") else dict(outcome)
     return Verification(passed=bool(_get(outcome, "passed", False)),
@@ -114,10 +114,10 @@ def verify(root: Path, files: dict[str, str]) -> Verification:
 def bench(root: Path, files: dict[str, str]) -> Benchmark:
     """``engine.bench.bench``: training-step time and peak memory, original against rewritten,
     on this worker's device (ADOPTER_BENCH_DEVICE)."""
-    settings = get_settings()
+    settings = get_runner_settings()
     benchmark = _load(settings.engine_bench)
     config = None
-    if settings.engine_bench == Settings.model_fields["engine_bench"].default:
+    if settings.engine_bench == RunnerSettings.model_fields["engine_bench"].default:
         from engine.bench import BenchConfig
 
         config = BenchConfig(device=settings.bench_device)
@@ -143,7 +143,7 @@ def bench(root: Path, files: dict[str, str]) -> Benchmark:
 
 def render_pr_body(context: dict) -> str:
     """``engine.report.render_pr_body``: the pull request's Markdown body from the stored figures."""
-    return _load(get_settings().engine_report)(context)
+    return _load(get_runner_settings().engine_report)(context)
 
 
 def gain_decision(verification: dict, benchmark: dict, min_gain: float | None) -> tuple[bool, str]:

@@ -195,6 +195,13 @@ def _on_issue_comment(session: Session, delivery: Delivery, payload: dict) -> st
     if record is None:
         return "comment on a pull request Adopter did not open"
     repository = session.get(Repository, record.repository_id)
+    login = (comment.get("user") or {}).get("login")
+    if not isinstance(login, str) or not login:
+        return "command from a comment without an author: no action"
+    # Only people who may push to the repository command Adopter (recreate force-pushes, ignore
+    # closes): GitHub's collaborator permission API decides, not the payload's author_association.
+    if not github_client.has_write_access(repository.installation_id, repository.full_name, login):
+        return f"command {command!r} from {login}, who has no write access to {repository.full_name}: no action"
     if command in ("rescan", "recreate"):
         if command == "recreate":
             unignore_identity(session, record)

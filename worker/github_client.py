@@ -1,5 +1,10 @@
 """GitHub App authentication (PyGithub ``Auth.AppAuth``) against the configured API URL.
 
+Only the control worker and the API import this module: it reads the App's private key. Clones
+use ``repository_token``, a token GitHub scopes to one repository with read-only contents, so the
+token a runner receives can read that repository's code and nothing else (not another repository
+of the installation, not a branch to create, not a pull request to open).
+
 One client per installation per process; PyGithub's installation auth keeps the installation token
 and fetches a new one shortly before it expires, so tokens are cached until then. Objects are lazy: a
 repository is fetched only when one of its attributes is read. PyGithub's own retry loop is off: a task must not sleep through a rate limit, it is rescheduled instead (see
@@ -50,6 +55,57 @@ def client_for(installation_id: int) -> Github:
 def installation_token(installation_id: int) -> str:
     """A valid installation access token (cached until shortly before it expires)."""
     return _installation(installation_id)[1].token
+
+
+# Read the code of one repository: all a clone needs (metadata:read comes with every token).
+READ_CONTENTS = {"contents": "read"}
+
+
+def repository_token(installation_id: int, repository_id: int, permissions: dict[str, str] | None = None) -> str:
+    """A fresh installation token for one repository with ``permissions`` (default: contents read).
+
+    ``POST /app/installations/{id}/access_tokens`` with ``repository_ids`` and ``permissions``:
+    GitHub refuses (422) a repository outside the installation or a permission it was not granted,
+    and the token expires after an hour. A GithubException on failure (``retry_delay`` applies).
+    """
+    settings = get_settings()
+    private_key = settings.private_key()
+    if not (settings.github_app_id and private_key):
+        raise AppNotConfigured("ADOPTER_GITHUB_APP_ID and the App's private key are required to mint tokens")
+    app_jwt = Auth.AppAuth(int(settings.github_app_id), private_key).token
+    response = requests.post(
+        f"{settings.github_api_url}/app/installations/{installation_id}/access_tokens",
+        json={"repository_ids": [repository_id], "permissions": permissions or READ_CONTENTS},
+        headers={"Authorization": f"Bearer {app_jwt}", "Accept": "application/vnd.github+json",
+                 "X-GitHub-Api-Version": "2022-11-28", "User-Agent": "adopter"},
+        timeout=30,
+    )
+    try:
+        data = response.json()
+    except ValueError:
+        data = {"message": response.text[:500]}
+    if response.status_code != 201 or not isinstance(data, dict) or not isinstance(data.get("token"), str):
+        raise GithubException(response.status_code, data, dict(response.headers))
+    return data["token"]
+
+
+# GitHub's legacy base roles (``permission``): maintain is reported as write, triage as read.
+WRITE_PERMISSIONS = frozenset({"admin", "write"})
+
+
+def has_write_access(installation_id: int, full_name: str, login: str) -> bool:
+    """Whether ``login`` may push to ``full_name``, as GitHub's collaborator permission API says.
+
+    ``GET /repos/{owner}/{repo}/collaborators/{username}/permission``; 404 (not a user, or not one
+    the App can see) means no. Other errors propagate (a command is never run on a guess).
+    """
+    try:
+        permission = client_for(installation_id).get_repo(full_name).get_collaborator_permission(login)
+    except GithubException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return permission in WRITE_PERMISSIONS
 
 
 def forget_clients() -> None:

@@ -3,12 +3,18 @@
 Each stage runs only from the scan states it owns and ends by moving the scan on (see
 ``worker.state``); it returns True when the next stage must be enqueued. Stages that need the
 repository's files call ``checkout`` which reuses this machine's clone of the scan or makes one,
-so consecutive stages may run on different machines (the GPU worker clones for itself).
+so consecutive stages may run on different machines.
+
+Every clone uses a token scoped to the one repository with read-only contents. The verify+bench
+stage runs here, in the control worker, only as far as preparing the build: repository code is
+built by a runner (``worker.runner``), which holds no secret; the runner's report comes back to
+``record_results_stage``, which stores the figures and moves the scan on to publishing.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import logging
 import shutil
 from collections import defaultdict
@@ -30,6 +36,8 @@ from app.db.models import (
 )
 from app.settings import get_settings
 from worker import engine_adapter, github_client
+from worker.build_messages import RUN_BUILDS, BuildJob, BuildReport, ChangeJob, ticket
+from worker.celery_app import celery_app
 from worker.clone import shallow_clone, tree_size
 from worker.pr_body import title_for
 from worker.publish import Proposal, digest_files, publish
@@ -67,7 +75,8 @@ def checkout(session: Session, scan: Scan) -> Path:
     settings = get_settings()
     installation_id = repository.installation_id
     clone_url = github_client.client_for(installation_id).get_repo(repository.full_name).clone_url
-    result = shallow_clone(clone_url, scan_dir(scan.id) / "src", token=github_client.installation_token(installation_id),
+    result = shallow_clone(clone_url, scan_dir(scan.id) / "src",
+                           token=github_client.repository_token(installation_id, repository.id),
                            ref=scan.branch or repository.default_branch, sha=scan.head_sha,
                            timeout=settings.clone_timeout_s)
     return result.path
@@ -98,7 +107,7 @@ def clone_stage(session: Session, scan_id: int) -> bool:
     session.commit()
 
     result = shallow_clone(gh_repo.clone_url, scan_dir(scan_id) / "src",
-                           token=github_client.installation_token(installation.id), ref=scan.branch,
+                           token=github_client.repository_token(installation.id, repository.id), ref=scan.branch,
                            sha=scan.head_sha, timeout=settings.clone_timeout_s)
     scan.head_sha = result.sha
     session.commit()
@@ -236,33 +245,71 @@ def ignored_outcome(session: Session, repository_id: int, identity: str, code_di
 # --- verify + bench ------------------------------------------------------------------------------
 
 def verify_bench_stage(session: Session, scan_id: int) -> bool:
+    """Reuse earlier figures where the inputs are the same; send the rest to a runner.
+
+    Returns True (publish next) only when nothing needs building; otherwise the scan waits in
+    ``benchmarking`` for the runner's report (``record_results_stage``). Running again (a
+    redelivered task) sends the job again; the report of a change set already measured is ignored.
+    """
     scan = session.get(Scan, scan_id)
-    config = RepoConfig.model_validate({k: v for k, v in (scan.config or {}).items() if k != "source"})
     pending = [c for c in scan.change_sets if c.outcome is None]
     for change in pending:
         if change.result is None:
-            _reuse_result(session, change)
-    root = checkout(session, scan) if any(c.result is None for c in pending) else None
-    verified: dict[int, engine_adapter.Verification] = {}
-    for change in pending:
-        if change.result is not None:
-            continue  # measured by an interrupted earlier run, or reused
-        verified[change.id] = engine_adapter.verify(root, change.files)
+            _reuse_result(session, scan, change)
     transition(session, scan_id, [S.verifying], S.benchmarking)
-    for change in pending:
-        if change.result is not None:
-            continue
-        check = verified[change.id]
-        result = Result(change_set_id=change.id, verified=check.passed, max_abs_error=check.max_abs_error,
-                        details={"verify": check.details})
-        if check.passed:
-            bench = engine_adapter.bench(root, change.files)
-            result.device, result.before_s, result.after_s = bench.device, bench.before_s, bench.after_s
-            result.speedup, result.versions = bench.speedup, bench.versions
-            result.peak_mem_before, result.peak_mem_after = bench.peak_mem_before, bench.peak_mem_after
-            result.details = {"verify": check.details, "bench": bench.details}
-        session.add(result)
-        session.commit()
+    to_build = [c for c in pending if c.result is None]
+    if not to_build:
+        return _decide(session, scan)
+    repository = session.get(Repository, scan.repository_id)
+    gh_repo = github_client.client_for(repository.installation_id).get_repo(repository.full_name)
+    job = BuildJob(scan_id=scan_id, clone_url=gh_repo.clone_url,
+                   token=github_client.repository_token(repository.installation_id, repository.id),
+                   ref=scan.branch or repository.default_branch, sha=scan.head_sha,
+                   changes=[ChangeJob(id=c.id, files=c.files) for c in to_build])
+    job.ticket = ticket(get_settings().webhook_secret, scan_id, job.key)
+    celery_app.send_task(RUN_BUILDS, args=[job.model_dump()])
+    return False
+
+
+class BadReport(ValueError):
+    """A runner's report that does not fit the scan (unknown change sets, missing figures)."""
+
+
+def record_results_stage(session: Session, report: BuildReport) -> bool:
+    """Store a runner's figures (its report is untrusted: checked against the scan); True: publish next."""
+    expected = ticket(get_settings().webhook_secret, report.scan_id, report.key)
+    if not hmac.compare_digest(expected, report.ticket):
+        # Not from a runner this scan's build went to: dropped, and the scan is left alone (a forged
+        # message must not be able to end someone's scan either).
+        log.warning("scan %s: a build report without a valid ticket was dropped", report.scan_id)
+        return False
+    scan = session.get(Scan, report.scan_id)
+    if scan is None or scan.state != S.benchmarking:
+        return False  # a duplicate report, or the scan ended meanwhile
+    if report.error:
+        finish(session, scan.id, S.failed, report.error)
+        return False
+    waiting = {c.id: c for c in scan.change_sets if c.outcome is None and c.result is None}
+    by_id = {r.change_set_id: r for r in report.results}
+    if set(by_id) - {c.id for c in scan.change_sets}:
+        raise BadReport(f"the runner reported change sets not in scan {scan.id}: {sorted(set(by_id) - set(waiting))}")
+    if set(waiting) - set(by_id):
+        raise BadReport(f"the runner reported no result for change sets {sorted(set(waiting) - set(by_id))}")
+    for change_id in waiting:
+        r = by_id[change_id]
+        details = {"verify": r.verify} if r.bench is None else {"verify": r.verify, "bench": r.bench}
+        session.add(Result(change_set_id=change_id, verified=r.verified, max_abs_error=r.max_abs_error,
+                           device=r.device, before_s=r.before_s, after_s=r.after_s, speedup=r.speedup,
+                           peak_mem_before=r.peak_mem_before, peak_mem_after=r.peak_mem_after,
+                           versions=r.versions or None, details=details))
+    session.commit()
+    return _decide(session, scan)
+
+
+def _decide(session: Session, scan: Scan) -> bool:
+    """Every measured change set worth publishing goes on; True when one does."""
+    config = RepoConfig.model_validate({k: v for k, v in (scan.config or {}).items() if k != "source"})
+    pending = [c for c in scan.change_sets if c.outcome is None]
     for change in pending:
         session.refresh(change)
         details = change.result.details or {}
@@ -271,18 +318,27 @@ def verify_bench_stage(session: Session, scan_id: int) -> bool:
             change.outcome = f"not published: {why}"
     session.commit()
     if all(c.outcome is not None for c in scan.change_sets):
-        return not finish(session, scan_id, S.done, "nothing to propose: "
+        return not finish(session, scan.id, S.done, "nothing to propose: "
                           + "; ".join(f"{c.identity}: {c.outcome}" for c in scan.change_sets))
-    return transition(session, scan_id, [S.benchmarking], S.publishing)
+    return transition(session, scan.id, [S.benchmarking], S.publishing)
 
 
-def _reuse_result(session: Session, change: ChangeSet) -> None:
-    """Copy the figures of an earlier change set with the same inputs, measured on this device kind
-    (a docs-only push, a rescan of the same commit): running the same code again proves nothing new."""
-    device = get_settings().bench_device
+def _reuse_result(session: Session, scan: Scan, change: ChangeSet) -> None:
+    """Copy the figures of an earlier change set with the same inputs, of the same repository (and
+    so installation), measured on the device kind the runners of this deployment use (a docs-only
+    push, a rescan of the same commit): running the same code again proves nothing new.
+
+    Never across repositories or installations: equal content elsewhere is another tenant's code,
+    its figures are not this repository's to see, and reuse must not tell one tenant what another
+    holds.
+    """
+    device = "cuda" if get_settings().bench_queue == "gpu" else "cpu"
+    repository = session.get(Repository, scan.repository_id)
     prior = session.scalar(
         select(Result).join(ChangeSet, Result.change_set_id == ChangeSet.id)
+        .join(Scan, ChangeSet.scan_id == Scan.id).join(Repository, Scan.repository_id == Repository.id)
         .where(ChangeSet.inputs_digest == change.inputs_digest, ChangeSet.id != change.id,
+               Scan.repository_id == repository.id, Repository.installation_id == repository.installation_id,
                Result.verified.is_(True), Result.speedup.is_not(None), Result.device.startswith(device))
         .order_by(Result.id.desc()).limit(1))
     if prior is None:

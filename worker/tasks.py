@@ -162,6 +162,9 @@ def requeue_received(older_than_s: float = 600) -> int:
 
 @worker_ready.connect
 def _sweep_on_start(**_kwargs) -> None:
+    # Only a worker of the "adopter" queue holds the database; a runner (-Q cpu/gpu) has no URL for it.
+    if "adopter" not in celery_app.amqp.queues.consume_from:
+        return
     try:
         count = requeue_received()
         if count:

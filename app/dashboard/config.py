@@ -30,6 +30,9 @@ class DashboardSettings(BaseSettings):
     # means a random one per process (sessions end when the server restarts).
     session_secret: str | None = None
     session_max_age_s: int = Field(default=8 * 3600, gt=0)
+    # How long what GitHub said a person can access is trusted before it is asked again: losing
+    # access on GitHub (or signing out elsewhere) ends access here within this many seconds.
+    session_recheck_s: int = Field(default=60, ge=0)
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,7 @@ class DashboardConfig:
     client_secret: str | None = None
     session_secret: str = ""
     session_max_age_s: int = 8 * 3600
+    session_recheck_s: int = 60
     secure_cookies: bool = False
 
 
@@ -70,5 +74,6 @@ def service_config() -> DashboardConfig:
         database_url=s.database_url, local=False, github_url=s.github_url.rstrip("/"),
         github_api_url=s.github_api_url.rstrip("/"), client_id=s.github_client_id,
         client_secret=s.github_client_secret, session_secret=s.session_secret or secrets.token_hex(32),
-        session_max_age_s=s.session_max_age_s, secure_cookies=s.env != "development",
+        session_max_age_s=s.session_max_age_s, session_recheck_s=s.session_recheck_s,
+        secure_cookies=s.env != "development",
     )

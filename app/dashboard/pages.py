@@ -16,6 +16,7 @@ from app.dashboard.access import Viewer
 from app.dashboard.charts import line_chart
 from app.dashboard.deps import Pagination, db, page_filters, page_viewer, pagination
 from app.dashboard.diffview import render_diff
+from app.dashboard.links import https_url
 from app.dashboard.queries import FINDING_STATUSES, STATES, ScanFilters
 
 APP_DIR = Path(__file__).resolve().parents[1]
@@ -56,7 +57,8 @@ def fmt_dt(v: datetime | None) -> str:
     return "–" if v is None else v.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-templates.filters.update(speedup=fmt_speedup, pct=fmt_pct, bytes=fmt_bytes, seconds=fmt_seconds, dt=fmt_dt)
+templates.filters.update(speedup=fmt_speedup, pct=fmt_pct, bytes=fmt_bytes, seconds=fmt_seconds, dt=fmt_dt,
+                         https_url=https_url)
 
 
 def render(request: Request, name: str, viewer: Viewer, **context) -> HTMLResponse:

@@ -78,6 +78,7 @@ class DeliveryStatus(StrEnum):
     processed = "processed"  # a worker handled it
     ignored = "ignored"  # an event or action Adopter does not act on (stored and acknowledged)
     failed = "failed"  # a worker could not handle it; ``detail`` says why
+    rejected = "rejected"  # signed, but not a payload Adopter can handle (not JSON, wrong shape); ``detail`` says why
 
 
 class PullRequestState(StrEnum):

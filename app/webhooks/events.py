@@ -16,6 +16,12 @@ HANDLED: dict[str, frozenset[str | None]] = {
 }
 
 
+def will_handle(event: str, payload: dict) -> bool:
+    """Whether a worker acts on this event and action (its payload must then fit ``shapes``)."""
+    actions = HANDLED.get(event)
+    return actions is not None and payload.get("action") in actions
+
+
 def ignore_reason(event: str, payload: dict) -> str | None:
     """Why a delivery needs no work (stored as ``ignored``), or None when a worker must handle it."""
     if event == "ping":
@@ -29,7 +35,7 @@ def ignore_reason(event: str, payload: dict) -> str | None:
     if event == "push":
         if payload.get("deleted"):
             return "branch or tag deletion"
-        repository = payload.get("repository") or {}
+        repository = payload.get("repository") if isinstance(payload.get("repository"), dict) else {}
         default = repository.get("default_branch")
         if payload.get("ref") != f"refs/heads/{default}":
             return f"push to {payload.get('ref')!r}, not to the default branch {default!r}"

@@ -4,10 +4,17 @@ The route stays thin: it reads the body under a size limit, and hands the rest t
 plain function over a session. A delivery is stored before it is enqueued, so a broker outage
 loses nothing (the row stays ``received`` and is enqueued again by a redelivery or by the worker's
 sweep, see ``worker.tasks.requeue_received``).
+
+The body is read from the ASGI stream with a running count and refused (413) as soon as the count
+passes the limit, whatever Content-Length said or whether it was sent: nothing over the limit is
+ever buffered. A body that is signed (so it came from GitHub) but is not JSON, or JSON without the
+fields its event needs (``shapes``), is answered 400 or 422, never 500, and stored as ``rejected``
+with the reason and the body, so nothing GitHub sent is lost.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 from dataclasses import dataclass
@@ -19,9 +26,10 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from app.db.models import Delivery, DeliveryStatus
+from app.db.models import Delivery, DeliveryStatus, utcnow
 from app.db.session import get_sessionmaker
-from app.webhooks.events import ignore_reason
+from app.webhooks.events import ignore_reason, will_handle
+from app.webhooks.shapes import shape_error
 from app.webhooks.signature import signature_valid
 from worker.celery_app import enqueue_delivery
 
@@ -120,10 +128,29 @@ def accept(session: Session, delivery_id: str, event: str, payload: dict) -> Ans
     return Answer(202, {"status": "queued", "delivery": delivery_id})
 
 
-def _accept_in_new_session(delivery_id: str, event: str, payload: dict) -> Answer:
+def reject(session: Session, delivery_id: str, event: str, payload: dict, status_code: int, reason: str) -> Answer:
+    """Store a signed delivery that cannot be handled, with why; answer ``status_code`` (4xx)."""
+    installation_id, repository_id = _ids(payload)
+    action = payload.get("action")
+    session.add(Delivery(id=delivery_id, event=event, action=action if isinstance(action, str) else None,
+                         installation_id=installation_id, repository_id=repository_id, payload=payload,
+                         status=DeliveryStatus.rejected, detail=reason, processed_at=utcnow()))
+    try:
+        session.commit()
+    except IntegrityError:  # a redelivery of the same id: already stored
+        session.rollback()
+    return Answer(status_code, {"status": "rejected", "delivery": delivery_id, "detail": reason})
+
+
+def _raw(body: bytes) -> dict:
+    """A body that is not a JSON object, kept as it came (base64: it may be any bytes)."""
+    return {"raw_base64": base64.b64encode(body).decode(), "bytes": len(body)}
+
+
+def _in_new_session(function, *args) -> Answer:
     session = get_sessionmaker()()
     try:
-        return accept(session, delivery_id, event, payload)
+        return function(session, *args)
     finally:
         session.close()
 
@@ -146,7 +173,13 @@ async def github_webhook(request: Request) -> JSONResponse:
                       ).response()
     try:
         payload = parse_payload(body, request.headers.get("content-type", "application/json"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        return Answer(400, {"status": "rejected", "detail": f"malformed payload: {exc}"}).response()
-    answer = await run_in_threadpool(_accept_in_new_session, delivery_id, event, payload)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # nesting too deep for the parser: RecursionError
+        answer = await run_in_threadpool(_in_new_session, reject, delivery_id, event, _raw(body), 400,
+                                         f"malformed payload: {exc}"[:2000])
+        return answer.response()
+    wrong = shape_error(event, payload) if will_handle(event, payload) else None
+    if wrong:
+        answer = await run_in_threadpool(_in_new_session, reject, delivery_id, event, payload, 422, wrong[:2000])
+        return answer.response()
+    answer = await run_in_threadpool(_in_new_session, accept, delivery_id, event, payload)
     return answer.response()

@@ -52,7 +52,8 @@ def test_a_delivery_is_stored_once_and_enqueued_once(api, migrated_pg):
 
 def test_broker_outage_keeps_the_delivery_and_a_redelivery_enqueues_it(api, migrated_pg):
     client, enqueued, broker = api
-    body = json.dumps(example("issue_comment.created")).encode()
+    # The vendored example has no installation (an App's deliveries always do): add one.
+    body = json.dumps({**example("issue_comment.created"), "installation": {"id": 1}}).encode()
     broker["up"] = False
     delivery, answer = post(client, "issue_comment", body)
     assert answer.status_code == 503 and answer.json()["status"] == "stored"
@@ -86,7 +87,9 @@ def test_malformed_payloads_get_400_and_form_encoded_payloads_work(api, migrated
     for body in (b"{not json", b"[]", b'"text"', b"\xff\xfe"):
         delivery, answer = post(client, "push", body)
         assert answer.status_code == 400, body
-        assert stored(migrated_pg, delivery) is None
+        # Signed, so GitHub sent it: kept (as rejected, with the reason), never handled.
+        assert stored(migrated_pg, delivery)["status"] == "rejected"
+    assert enqueued == []
     payload = example("pull_request.reopened")
     form = urlencode({"payload": json.dumps(payload)}).encode()
     delivery, answer = post(client, "pull_request", form, content_type="application/x-www-form-urlencoded")

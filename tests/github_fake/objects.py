@@ -33,6 +33,14 @@ def user(api: str, web: str, login: str, uid: int, kind: str = "User") -> dict:
     }
 
 
+def collaborator(api: str, web: str, login: str, uid: int, role: str) -> dict:
+    """``collaborator`` (inside ``repository-collaborator-permission``)."""
+    levels = ["read", "triage", "write", "maintain", "admin"]
+    rank = levels.index(role) if role in levels else -1
+    return {**user(api, web, login, uid), "role_name": role, "permissions": {
+        "pull": rank >= 0, "triage": rank >= 1, "push": rank >= 2, "maintain": rank >= 3, "admin": rank >= 4}}
+
+
 REPO_URL_FIELDS = [
     "archive_url", "assignees_url", "blobs_url", "branches_url", "collaborators_url", "comments_url",
     "commits_url", "compare_url", "contents_url", "contributors_url", "deployments_url", "downloads_url",

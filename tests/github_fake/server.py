@@ -9,7 +9,11 @@ can ``git diff`` what the App pushed.
 
 Authentication is checked as GitHub does: the access-token endpoint wants an RS256 JWT signed with
 the App's key, everything else an installation token of an installation that holds the repository
-(HTTP basic ``x-access-token:<token>`` for git).
+(HTTP basic ``x-access-token:<token>`` for git). Tokens are scoped as GitHub scopes them
+(``POST /app/installations/{id}/access_tokens`` with ``repositories``/``repository_ids`` and
+``permissions``): a repository outside the token's list answers 404, an operation needing a
+permission the token lacks answers 403 ("Resource not accessible by integration"), and asking for a
+repository outside the installation or a permission the installation was not granted answers 422.
 """
 
 from __future__ import annotations
@@ -73,6 +77,47 @@ class FakeRepo:
         return f"{self.owner}/{self.name}"
 
 
+# The App's permissions on every installation (what the App registration asks for).
+INSTALLATION_PERMISSIONS = {"contents": "write", "pull_requests": "write", "issues": "write", "checks": "write",
+                            "metadata": "read"}
+LEVELS = {"none": 0, "read": 1, "write": 2, "admin": 3}
+# handler -> the permissions (any one suffices) and level it needs, as GitHub's REST docs list them.
+NEEDS: dict[str, tuple[tuple[str, ...], str]] = {
+    "get_repo": (("metadata",), "read"),
+    "get_collaborator_permission": (("metadata",), "read"),
+    "get_branch": (("contents",), "read"),
+    "get_ref": (("contents",), "read"),
+    "get_tree": (("contents",), "read"),
+    "get_commit": (("contents",), "read"),
+    "create_ref": (("contents",), "write"),
+    "update_ref": (("contents",), "write"),
+    "create_blob": (("contents",), "write"),
+    "create_tree": (("contents",), "write"),
+    "create_commit": (("contents",), "write"),
+    "create_commit_comment": (("contents",), "write"),
+    "list_pulls": (("pull_requests",), "read"),
+    "get_pull": (("pull_requests",), "read"),
+    "create_pull": (("pull_requests",), "write"),
+    "update_pull": (("pull_requests",), "write"),
+    "create_issue_comment": (("issues", "pull_requests"), "write"),
+    "get_issue_comment": (("issues", "pull_requests"), "read"),
+    "create_reaction": (("issues", "pull_requests"), "write"),
+}
+
+
+@dataclass(frozen=True)
+class Grant:
+    """What one installation token may do."""
+
+    installation_id: int
+    expires: datetime
+    repository_ids: frozenset[int] | None  # None: every repository of the installation
+    permissions: dict[str, str]
+
+    def allows(self, names: tuple[str, ...], level: str) -> bool:
+        return any(LEVELS.get(self.permissions.get(n, "none"), 0) >= LEVELS[level] for n in names)
+
+
 class FakeGitHub:
     def __init__(self, root: Path, *, app_id: int, public_key: str, app_slug: str = "adopter"):
         self.root = root
@@ -81,8 +126,11 @@ class FakeGitHub:
         self.app_slug = app_slug
         self.installations: dict[int, dict] = {}
         self.repos: dict[str, FakeRepo] = {}
-        self.tokens: dict[str, tuple[int, datetime]] = {}
+        self.tokens: dict[str, Grant] = {}
+        # full name -> login -> legacy base role ("admin", "write", "read"), as a collaborator has it
+        self.collaborators: dict[str, dict[str, str]] = {}
         self.reactions: list[dict] = []
+        self.git_fetches: list[tuple[str, Grant]] = []  # (repository, token grant) of every git request
         self.requests: list[tuple[str, str]] = []  # (method, path) of every request
         self.fail_next: list[tuple[str, str, int, dict]] = []  # (method, path regex, status, headers)
         self.lock = threading.RLock()
@@ -131,8 +179,14 @@ class FakeGitHub:
 
     # --- state set up by tests ---------------------------------------------------------------
 
-    def add_installation(self, installation_id: int, account: str) -> None:
-        self.installations[installation_id] = {"account": account}
+    def add_installation(self, installation_id: int, account: str, permissions: dict | None = None) -> None:
+        self.installations[installation_id] = {"account": account,
+                                               "permissions": dict(permissions or INSTALLATION_PERMISSIONS)}
+
+    def add_collaborator(self, full_name: str, login: str, permission: str) -> None:
+        """``login`` gets ``permission`` (admin, write, read) on ``full_name``; a GitHub user from now on."""
+        self.users.setdefault(login, {"id": self.next_id(), "installations": set()})
+        self.collaborators.setdefault(full_name, {})[login] = permission
 
     def add_repo(self, installation_id: int, full_name: str, files: dict[str, str], *, repo_id: int | None = None,
                  default_branch: str = "main") -> FakeRepo:
@@ -318,6 +372,7 @@ class _Handler(BaseHTTPRequestHandler):
             for pattern, verb, handler_name in ROUTES:
                 match = re.fullmatch(pattern, route)
                 if match and verb == method:
+                    self._operation = handler_name
                     status, body = getattr(self, handler_name)(*[unquote(g) for g in match.groups()])
                     return self._send(status, body)
             raise HttpError(404, f"Not Found: {method} {route}")
@@ -339,21 +394,28 @@ class _Handler(BaseHTTPRequestHandler):
 
     # --- authentication ----------------------------------------------------------------------
 
-    def _installation_of_token(self, token: str) -> int:
-        entry = self.fake.tokens.get(token)
-        if entry is None or entry[1] < datetime.now(UTC):
+    def _grant_of_token(self, token: str) -> Grant:
+        grant = self.fake.tokens.get(token)
+        if grant is None or grant.expires < datetime.now(UTC):
             raise HttpError(401, "Bad credentials")
-        return entry[0]
+        return grant
+
+    def _visible(self, grant: Grant, repo: FakeRepo | None) -> bool:
+        return (repo is not None and repo.installation_id == grant.installation_id
+                and (grant.repository_ids is None or repo.id in grant.repository_ids))
 
     def _repo(self, owner: str, name: str) -> FakeRepo:
         header = self.headers.get("authorization", "")
         scheme, _, token = header.partition(" ")
         if scheme.lower() not in ("token", "bearer") or not token:
             raise HttpError(401, "Requires authentication")
-        installation_id = self._installation_of_token(token)
+        grant = self._grant_of_token(token)
         repo = self.fake.repos.get(f"{owner}/{name}")
-        if repo is None or repo.installation_id != installation_id:
+        if not self._visible(grant, repo):
             raise HttpError(404, "Not Found")
+        names, level = NEEDS[self._operation]
+        if not grant.allows(names, level):
+            raise HttpError(403, "Resource not accessible by integration")
         return repo
 
     def _git_http(self, method: str, path: str) -> None:
@@ -363,13 +425,17 @@ class _Handler(BaseHTTPRequestHandler):
         scheme, _, encoded = header.partition(" ")
         try:
             user, _, token = base64.b64decode(encoded).decode().partition(":") if scheme == "Basic" else ("", "", "")
-            installation_id = self._installation_of_token(token) if user == "x-access-token" else None
+            grant = self._grant_of_token(token) if user == "x-access-token" else None
         except (HttpError, ValueError):
-            installation_id = None
+            grant = None
         full_name = re.match(r"/git/([^/]+/[^/]+)\.git/", path)
         repo = fake.repos.get(full_name.group(1)) if full_name else None
-        if installation_id is None or repo is None or repo.installation_id != installation_id:
+        if grant is None or not self._visible(grant, repo):
             raise HttpError(401, "Authentication failed", {"WWW-Authenticate": 'Basic realm="fake"'})
+        if not grant.allows(("contents",), "read"):
+            raise HttpError(403, "Permission to read the repository's contents denied")
+        with fake.lock:
+            fake.git_fetches.append((repo.full_name, grant))
         body = self.rfile.read(int(self.headers.get("content-length") or 0))
         env = {
             **os.environ, **GIT_ENV, "GIT_PROJECT_ROOT": str(fake.root), "GIT_HTTP_EXPORT_ALL": "1",
@@ -443,6 +509,21 @@ class _Handler(BaseHTTPRequestHandler):
             raise HttpError(401, "Bad credentials")
         return login
 
+    def revoke_user_token(self, client_id):
+        """``DELETE /applications/{client_id}/token``: basic auth with the OAuth client's id and secret."""
+        fake = self.fake
+        scheme, _, encoded = self.headers.get("authorization", "").partition(" ")
+        try:
+            user, _, secret = base64.b64decode(encoded).decode().partition(":") if scheme == "Basic" else ("", "", "")
+        except ValueError:
+            user = secret = ""
+        if user != client_id or fake.oauth_clients.get(client_id) != secret:
+            raise HttpError(404, "Not Found")
+        token = _json_body(self).get("access_token")
+        if fake.user_tokens.pop(token, None) is None:
+            raise HttpError(422, "Validation Failed: access_token")
+        return 204, None
+
     def get_user(self):
         fake, login = self.fake, self._user_login()
         return 200, O.user(fake.api, fake.web, login, fake.users[login]["id"])
@@ -469,14 +550,51 @@ class _Handler(BaseHTTPRequestHandler):
             raise HttpError(401, f"A JSON web token could not be decoded: {exc}") from None
         if scheme.lower() != "bearer" or str(claims.get("iss")) != str(fake.app_id):
             raise HttpError(401, "'Issuer' claim ('iss') must be the App's id")
-        if int(installation_id) not in fake.installations:
+        installation = fake.installations.get(int(installation_id))
+        if installation is None:
             raise HttpError(404, "Not Found")
+        body = _json_body(self)
+        names, ids = body.get("repositories"), body.get("repository_ids")
+        if (names is not None and not isinstance(names, list)) or (ids is not None and not isinstance(ids, list)):
+            raise HttpError(422, "Invalid request: repositories and repository_ids must be arrays")
+        granted = installation["permissions"]
+        wanted = body.get("permissions")
+        if wanted is not None and (not isinstance(wanted, dict) or any(
+                LEVELS.get(level, 99) > LEVELS.get(granted.get(name, "none"), 0) for name, level in wanted.items())):
+            raise HttpError(422, "The permissions requested are not granted to this installation.")
+        own = [r for r in fake.repos.values() if r.installation_id == int(installation_id)]
+        chosen: list[FakeRepo] | None = None
+        if names is not None or ids is not None:
+            by_name = {r.name: r for r in own}
+            by_id = {r.id: r for r in own}
+            if any(n not in by_name for n in names or []) or any(i not in by_id for i in ids or []):
+                raise HttpError(422, "There is at least one repository that does not exist or is not accessible "
+                                     "to the parent installation.")
+            chosen = list({r.id: r for r in [*(by_name[n] for n in names or []),
+                                               *(by_id[i] for i in ids or [])]}.values())
+        # No permissions (or none listed, as PyGithub sends them) means all the installation's.
+        permissions = dict(wanted) if wanted else dict(granted)
+        permissions["metadata"] = "read"  # every token can read the metadata of its repositories
         token = f"ghs_{secrets.token_hex(18)}"
         expires = datetime.now(UTC) + timedelta(hours=1)
-        fake.tokens[token] = (int(installation_id), expires)
-        return 201, {"token": token, "expires_at": expires.strftime("%Y-%m-%dT%H:%M:%SZ"),
-                     "permissions": {"contents": "write", "pull_requests": "write", "metadata": "read"},
-                     "repository_selection": "selected"}
+        fake.tokens[token] = Grant(int(installation_id), expires,
+                                   None if chosen is None else frozenset(r.id for r in chosen), permissions)
+        answer = {"token": token, "expires_at": expires.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                  "permissions": permissions,
+                  "repository_selection": "selected" if chosen is not None else "all"}
+        if chosen is not None:
+            answer["repositories"] = [fake.repo_obj(r, full=False) for r in chosen]
+        return 201, answer
+
+    def get_collaborator_permission(self, owner, name, login):
+        fake, repo = self.fake, self._repo(owner, name)
+        user = fake.users.get(login)
+        if user is None:
+            raise HttpError(404, "Not Found")
+        permission = fake.collaborators.get(repo.full_name, {}).get(login)
+        role = permission or ("none" if repo.private else "read")
+        return 200, {"permission": role, "role_name": role,
+                     "user": O.collaborator(fake.api, fake.web, login, user["id"], role)}
 
     def get_repo(self, owner, name):
         return 200, self.fake.repo_obj(self._repo(owner, name), full=True)
@@ -668,9 +786,11 @@ class _Handler(BaseHTTPRequestHandler):
 _R = r"/repos/([^/]+)/([^/]+)"
 ROUTES = [
     (r"/app/installations/(\d+)/access_tokens", "POST", "access_token"),
+    (r"/applications/([^/]+)/token", "DELETE", "revoke_user_token"),
     (r"/user", "GET", "get_user"),
     (r"/user/installations", "GET", "user_installations"),
     (_R, "GET", "get_repo"),
+    (_R + r"/collaborators/([^/]+)/permission", "GET", "get_collaborator_permission"),
     (_R + r"/branches/(.+)", "GET", "get_branch"),
     (_R + r"/git/ref/(.+)", "GET", "get_ref"),
     (_R + r"/git/refs", "POST", "create_ref"),

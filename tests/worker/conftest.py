@@ -1,5 +1,11 @@
-"""The whole service for end-to-end tests: the API (uvicorn) and a Celery worker as real processes,
-real Postgres and Redis, and GitHub played by ``tests.github_fake`` over real HTTP."""
+"""The whole service for end-to-end tests: the API (uvicorn), the control worker (``-Q adopter``) and
+a runner (``-Q cpu``) as real processes, real Postgres and Redis, and GitHub played by
+``tests.github_fake`` over real HTTP.
+
+The runner is started as production starts it: without the App key, the database URL and the
+webhook secret in its environment (``RUNNER_WITHHELD``), and its verify stage is wrapped by
+``tests.worker.engine_hooks.verify``, which records what the runner process can see of itself.
+"""
 
 from __future__ import annotations
 
@@ -108,8 +114,11 @@ class Stack:
     db: object  # sqlalchemy Engine on the test database
     api: ServiceProcess
     worker: ServiceProcess
+    runner: ServiceProcess
+    runner_env: dict
     pause_dir: Path
     secret: str
+    private_key: str
     repo: object = None
     sent: list = field(default_factory=list)
 
@@ -185,7 +194,8 @@ class Stack:
         try:
             return wait_until(finished, timeout=timeout, what=f"scan {scan_id} to finish")
         except AssertionError as exc:
-            raise AssertionError(f"{exc}\n--- worker log ---\n{self.worker.tail()}") from None
+            raise AssertionError(f"{exc}\n--- worker log ---\n{self.worker.tail()}\n"
+                                 f"--- runner log ---\n{self.runner.tail()}") from None
 
     def scans_of_delivery(self, delivery: str, timeout: float = 60) -> list[int]:
         return wait_until(
@@ -206,10 +216,16 @@ class Stack:
         self.worker = start_worker(self.env, self.worker.log)
 
 
-def start_worker(env: dict, log: Path) -> ServiceProcess:
-    name = f"e2e-{secrets.token_hex(3)}@%h"
+# What a runner's environment never holds (docs/deploy.md): the App key, the database URL (its
+# password), the webhook secret, and the App id (useless without the key).
+RUNNER_WITHHELD = ("ADOPTER_GITHUB_PRIVATE_KEY", "ADOPTER_GITHUB_PRIVATE_KEY_PATH", "ADOPTER_DATABASE_URL",
+                   "ADOPTER_WEBHOOK_SECRET", "ADOPTER_GITHUB_APP_ID")
+
+
+def start_worker(env: dict, log: Path, queues: str = "adopter") -> ServiceProcess:
+    name = f"e2e-{queues.replace(',', '-')}-{secrets.token_hex(3)}@%h"
     worker = ServiceProcess("worker", [
-        sys.executable, "-m", "celery", "-A", "worker.celery_app:celery_app", "worker", "-Q", "adopter,cpu",
+        sys.executable, "-m", "celery", "-A", "worker.celery_app:celery_app", "worker", "-Q", queues,
         "-c", "1", "-P", "prefork", "--without-mingle", "--without-gossip", "--without-heartbeat",
         "-l", "INFO", "-n", name,
     ], env, log)
@@ -267,6 +283,7 @@ def stack(pg_url, redis_target, tmp_path_factory):
         "ADOPTER_BROKER_VISIBILITY_TIMEOUT": "4",
         "ADOPTER_TASK_MAX_RETRIES": "3",
         "ADOPTER_ENGINE_SCAN": "tests.worker.engine_hooks:scan_path",
+        "ADOPTER_ENGINE_VERIFY": "tests.worker.engine_hooks:verify",
         "ADOPTER_TEST_PAUSE_DIR": str(pause_dir),
         "PYTHONPATH": str(ROOT),
     })
@@ -285,12 +302,15 @@ def stack(pg_url, redis_target, tmp_path_factory):
 
     wait_until(api_up, timeout=60, what="the API to answer /healthz")
     worker = start_worker(env, base / "worker.log")
+    runner_env = {k: v for k, v in env.items() if k not in RUNNER_WITHHELD}
+    runner = start_worker(runner_env, base / "runner.log", queues="cpu")
     db = create_engine(pg_url)
-    the_stack = Stack(env=env, fake=fake, api_url=api_url, db=db, api=api, worker=worker, pause_dir=pause_dir,
-                      secret=secret, repo=repo)
+    the_stack = Stack(env=env, fake=fake, api_url=api_url, db=db, api=api, worker=worker, runner=runner,
+                      runner_env=runner_env, pause_dir=pause_dir, secret=secret, private_key=private_key, repo=repo)
     try:
         yield the_stack
     finally:
+        the_stack.runner.stop()
         the_stack.worker.stop()
         api.stop()
         db.dispose()

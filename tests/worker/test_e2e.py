@@ -6,12 +6,14 @@ deliveries, a pull request closed unmerged, a worker killed mid-scan, bad input.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
-from tests.worker.conftest import REPO, example, wait_until
+from tests.worker.conftest import REPO, RUNNER_WITHHELD, example, wait_until
 
 pytestmark = pytest.mark.service
 
@@ -92,6 +94,39 @@ def test_installation_scan_runs_every_state_and_opens_pull_requests(stack, insta
         assert "@adopter rescan" in body and f"adopter-identity: {change['identity']}" in body
         record = stack.query("SELECT * FROM pull_requests WHERE identity = :i", i=change["identity"])[0]
         assert record["number"] == pull["number"] and record["head_sha"] == commits[0]
+
+
+def _proc_text(path: str) -> str:
+    return Path(path).read_bytes().replace(b"\0", b"\n").decode(errors="replace")
+
+
+def test_the_runner_built_the_code_without_any_credential_in_reach(stack, installed):
+    assert installed["scan"]["state"] == "done"
+    assert all(c["outcome"].startswith("published #") for c in stack.query(
+        "SELECT outcome FROM change_sets WHERE scan_id = :id", id=installed["scan_id"]))
+    views = [json.loads(p.read_text()) for p in stack.pause_dir.glob("runner-*.json")]
+    assert views, "verify never ran"
+    # Verification ran in a pool process of the runner, not of the control worker.
+    assert {v["ppid"] for v in views} == {stack.runner.process.pid}
+    key_lines = [line for line in stack.private_key.splitlines() if line and "PRIVATE KEY" not in line]
+    credentials = {"the App key": key_lines[len(key_lines) // 2], "the webhook secret": stack.secret,
+                   "the database URL": stack.env["ADOPTER_DATABASE_URL"]}
+    # The same probe finds them where they are held: the control worker's environment.
+    control = _proc_text(f"/proc/{stack.worker.process.pid}/environ")
+    assert all(value in control for value in credentials.values())
+    for view in views:
+        assert not set(RUNNER_WITHHELD) & set(view["environ_keys"]), view["environ_keys"]
+        for place in ("self_environ", "parent_environ", "self_cmdline", "parent_cmdline"):
+            assert not view[place].startswith("<unreadable"), view[place]
+            assert "PRIVATE KEY" not in view[place]
+            for what, value in credentials.items():
+                assert value not in view[place], f"{what} is readable in the runner's {place}"
+    # Every clone used a token GitHub scoped to this one repository, with read-only contents.
+    assert stack.fake.git_fetches
+    for full_name, grant in stack.fake.git_fetches:
+        assert full_name == REPO
+        assert grant.repository_ids == frozenset({stack.repo.id})
+        assert grant.permissions == {"contents": "read", "metadata": "read"}
 
 
 def test_push_rescans_and_updates_the_same_pull_requests(stack, installed):
@@ -191,8 +226,47 @@ def test_worker_killed_mid_scan_completes_after_restart_and_publishes_once(stack
         assert len(branch_commits(stack, pull["head"], new)) == 1
 
 
+def comment_payload(stack, pull: dict, body: str, login: str) -> dict:
+    """An issue_comment.created delivery for a comment GitHub holds (the fake stores it)."""
+    payload = example("issue_comment.created")
+    payload["issue"]["number"] = pull["number"]
+    payload["issue"]["pull_request"] = {"url": "x", "html_url": "x", "diff_url": "x", "patch_url": "x"}
+    payload["repository"] = stack.repository_payload()
+    payload["installation"] = {"id": stack.fake.repos[REPO].installation_id, "node_id": "I_1"}
+    user = dict(payload["comment"]["user"], login=login, type="User")
+    comment = {"id": stack.fake.next_id(), "issue_number": pull["number"], "body": body, "user": user,
+               "created_at": "2024-01-01T00:00:00Z"}
+    stack.fake.repos[REPO].issue_comments.append(comment)
+    payload["comment"].update(id=comment["id"], body=body, user=user, author_association="OWNER")
+    return payload
+
+
+def test_a_strangers_command_does_nothing(stack, installed):
+    """Even claiming OWNER in author_association: GitHub's permission API says read, so no action."""
+    [pull, *_] = open_pulls(stack)
+    stack.fake.add_user("mallory", [])
+    fake_repo = stack.fake.repos[REPO]
+    # A maintainer pushed to the branch; a stranger asks Adopter to force-push over it.
+    person_sha = stack.fake.commit_files(REPO, {"NOTE.txt": "maintainer's work\n"}, "Maintainer's commit",
+                                         branch=pull["head"])
+    for command in ("recreate", "rescan", "ignore"):
+        response = stack.send("issue_comment", comment_payload(stack, pull, f"@adopter {command}", "mallory"))
+        assert response.status_code == 202
+        delivery = stack.delivery_processed(response.json()["delivery"])
+        assert delivery["status"] == "processed"
+        assert delivery["detail"] == (f"command {command!r} from mallory, who has no write access to {REPO}: "
+                                      "no action")
+        assert not stack.query("SELECT id FROM scans WHERE delivery_id = :d", d=delivery["id"])
+    assert stack.fake.ref_sha(fake_repo, f"refs/heads/{pull['head']}") == person_sha
+    assert stack.fake.pull(REPO, pull["number"])["state"] == "open"
+    strangers = {c["id"] for c in fake_repo.issue_comments if c["user"]["login"] == "mallory"}
+    assert not [r for r in stack.fake.reactions if r["comment_id"] in strangers]
+    assert ("GET", f"/api/v3/repos/{REPO}/collaborators/mallory/permission") in stack.fake.requests
+
+
 def test_comment_commands_from_people_are_acknowledged_and_bots_ignored(stack, installed):
     [pull, *_] = open_pulls(stack)
+    stack.fake.add_collaborator(REPO, "Codertocat", "write")
     payload = example("issue_comment.created")
     payload["issue"]["number"] = pull["number"]
     payload["issue"]["pull_request"] = {"url": "x", "html_url": "x", "diff_url": "x", "patch_url": "x"}
@@ -226,6 +300,10 @@ def test_bad_input_gets_clear_answers_and_nothing_breaks(stack, installed):
     assert malformed.status_code == 400 and "malformed" in malformed.json()["detail"]
     not_object = stack.send("push", body=b"[1, 2, 3]", delivery="bad-json-2")
     assert not_object.status_code == 400
+    old = stack.fake.ref_sha(stack.fake.repos[REPO], "refs/heads/main")
+    no_repository = {k: v for k, v in stack.push(old, old).items() if k != "repository"}
+    wrong_shape = stack.send("push", no_repository, delivery="no-repository-1")
+    assert wrong_shape.status_code == 422 and "repository" in wrong_shape.json()["detail"]
 
     huge = stack.send("push", body=b"{" + b" " * (2 * 1024 * 1024) + b"}", delivery="huge-1")
     assert huge.status_code == 413
@@ -247,7 +325,11 @@ def test_bad_input_gets_clear_answers_and_nothing_breaks(stack, installed):
     assert ping.status_code == 200 and ping.json()["status"] == "pong"
     assert httpx.get(f"{stack.api_url}/healthz", timeout=5).status_code == 200
     assert stack.api.process.poll() is None and stack.worker.process.poll() is None
-    for delivery in ("bad-json-1", "bad-json-2", "huge-1", "huge-2", "no-event-1"):
+    # Signed but malformed: kept as rejected (nothing GitHub sent is lost), never handled.
+    for delivery in ("bad-json-1", "bad-json-2", "no-repository-1"):
+        assert stack.delivery(delivery)["status"] == "rejected"
+        assert not stack.query("SELECT id FROM scans WHERE delivery_id = :d", d=delivery)
+    for delivery in ("huge-1", "huge-2", "no-event-1"):
         assert stack.delivery(delivery) is None
 
 
@@ -258,3 +340,24 @@ def test_metrics_report_deliveries_scans_and_task_durations(stack, installed):
     assert 'adopter_webhook_deliveries_total{event="installation",status="processed"} 1' in text
     assert 'adopter_scans{state="done"}' in text and 'adopter_scans{state="done"} 0' not in text
     assert 'adopter_task_duration_seconds_count{task="scan",outcome="ok"}' in text
+
+
+def test_a_build_whose_process_keeps_dying_fails_its_scan_after_the_retry_limit(stack, installed):
+    """The runner's pool process is SIGKILLed in verify at every start: the scan fails with the
+    reason after ADOPTER_TASK_MAX_RETRIES (3) retries, and the runner and the control worker live on."""
+    model = stack.fake.file_at(REPO, "refs/heads/main", "model.py") + "\n\n# killed in verify\n"
+    old = stack.fake.ref_sha(stack.fake.repos[REPO], "refs/heads/main")
+    new = stack.fake.commit_files(REPO, {"model.py": model}, "A model whose build dies")
+    (stack.pause_dir / "kill-verify").write_text("")
+    try:
+        response = stack.send("push", stack.push(old, new))
+        [scan_id] = stack.scans_of_delivery(response.json()["delivery"])
+        scan = stack.scan_done(scan_id, timeout=400)
+    finally:
+        (stack.pause_dir / "kill-verify").unlink()
+    assert scan["state"] == "failed"
+    assert "started 4 times and did not finish" in scan["reason"], scan["reason"]
+    # Every start reached verify and died there, each in a fresh pool process; the fifth was refused.
+    killed = (stack.pause_dir / "killed.log").read_text().split()
+    assert len(killed) == 4 and len(set(killed)) == 4
+    assert stack.runner.process.poll() is None and stack.worker.process.poll() is None
