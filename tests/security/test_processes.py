@@ -158,3 +158,35 @@ def test_unbounded_memory_in_the_benchmark_child_fails_that_benchmark_only(tmp_p
                                                       shape={"batch_size": 3, "seq_len": 4}))
     assert result.status == "oom", (result.status, result.message)
     assert "original" in result.message
+
+
+def test_a_verifying_process_killed_outright_leaves_no_process_and_its_folder_is_swept(tmp_path):
+    """What a Celery pool process SIGKILLed mid-verification leaves: nothing running (bwrap dies with
+    its parent and takes the pid namespace with it), and a scratch folder the next sweep removes."""
+    import subprocess
+    import sys
+
+    from engine.verify.workspace import sweep_orphans
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    token = uuid.uuid4().hex
+    repo = hostile_repo(tmp_path / "repo", _grandchild(token) + "\nwhile True:\n    time.sleep(1)")
+    code = ("import sys, tempfile; tempfile.tempdir = sys.argv[2]\n"
+            "from pathlib import Path\n"
+            "from engine.verify import verify\n"
+            "from tests.engine.verify.fixtures import sdpa_rewrite\n"
+            "from tests.security.hostile import verify_config\n"
+            "repo = Path(sys.argv[1])\n"
+            "verify(repo, sdpa_rewrite(repo), config=verify_config(None, timeout_s=300))\n")
+    verifying = subprocess.Popen([sys.executable, "-c", code, str(repo), str(scratch)],
+                                 env={**os.environ, "PYTHONPATH": os.getcwd(), "ADOPTER_SANDBOX": "require"})
+    deadline = time.monotonic() + 120
+    while not list(scratch.rglob(f"heartbeat-{token}")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert list(scratch.rglob(f"heartbeat-{token}")), "the harness never started"
+    verifying.kill()
+    verifying.wait()
+    _assert_dead(token, scratch)
+    assert len(sweep_orphans(scratch)) == 1
+    assert list(scratch.iterdir()) == []
