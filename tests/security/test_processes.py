@@ -88,21 +88,23 @@ def test_the_callers_soft_time_limit_kills_the_whole_tree_and_leaves_no_scratch_
     token = uuid.uuid4().hex
     repo = hostile_repo(tmp_path / "repo", _grandchild(token) + "\nwhile True:\n    time.sleep(1)")
 
-    def soft_limit(*_):
+    def soft_limit(*_):  # Celery's soft limit, once the attack's grandchild is running (a loaded machine is slow)
+        if not list(scratch.rglob(f"heartbeat-{token}")):
+            signal.alarm(1)
+            return
         raise SoftTimeLimitExceeded()
 
     for run in (lambda: verify(repo, sdpa_rewrite(repo), config=verify_config(None, timeout_s=120)),
                 lambda: bench(repo, sdpa_rewrite(repo), config=bench_config(None, timeout_s=120))):
         previous = signal.signal(signal.SIGALRM, soft_limit)
-        signal.alarm(12)
+        signal.alarm(5)
         try:
             with pytest.raises(SoftTimeLimitExceeded):
                 run()
         finally:
             signal.alarm(0)
             signal.signal(signal.SIGALRM, previous)
-        time.sleep(1.0)
-        assert _alive_with(token) == []
+        _assert_dead(token, scratch)
         assert list(scratch.iterdir()) == []  # the working copies went with it
 
 
