@@ -188,9 +188,16 @@ def scan(
     if diff is not None:
         diff.write_text(result.diff)
     if apply:
-        base = root if root.is_dir() else root.parent
-        for rel, new_text in result.files.items():
-            (base / rel).write_text(new_text)
+        from engine.repo_files import UnsafePath, check_writable, write_inside
+
+        base = root.resolve() if root.is_dir() else root.resolve().parent
+        try:  # all checked before any is written: a refusal leaves the tree as it was
+            for rel in result.files:
+                check_writable(base, rel)
+            for rel, new_text in result.files.items():
+                write_inside(base, rel, new_text)
+        except UnsafePath as exc:
+            _fail(f"--apply refused: {exc}")
         typer.secho(f"rewrote {len(result.files)} file(s)", err=True)
     if not no_history:
         from app.cli_history import record_cli_scan

@@ -9,12 +9,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.dsl.ir import Diagnostic, FileModel
-from engine.extract import extract_source, iter_python_files
+from engine.extract import extract_source
 from engine.extract.imports import module_name_for
 from engine.match import Finding, find, load_rules
 from engine.match.fused import mark_already_fused
 from engine.match.rule import Rule
+from engine.repo_files import MAX_DEPTH, MAX_FILES, UnsafePath, read_inside, walk_files
 from rules import RULES_DIR
+
+# Folders never scanned (virtual environments, VCS, build output); hidden folders neither.
+_SKIP_DIRS = frozenset({".git", ".venv", "venv", "node_modules", "__pycache__", ".tox", "build", "dist", ".eggs"})
 
 MAX_FILE_BYTES = 2_000_000  # larger Python files are skipped with a diagnostic (generated code)
 
@@ -94,6 +98,25 @@ def scan_source(text: str, rules: list[Rule], path: str = "model.py", module: st
     return findings, new_text
 
 
+def _python_files(root: Path, result: ScanResult) -> tuple[Path, list[Path]]:
+    """The Python files to scan and the folder their paths are relative to. Links are never
+    followed (a link leaving the tree is reported); the walk stops at MAX_FILES files and does not
+    descend past MAX_DEPTH folders, saying so."""
+    if not root.is_dir():  # one file named by the user: the user's own choice, link or not
+        return root.resolve().parent, [root.resolve()]
+    base = root.resolve()
+    walk = walk_files(base, skip_dir=lambda name: name in _SKIP_DIRS or name.startswith("."),
+                      keep_file=lambda name: name.endswith(".py"), max_files=MAX_FILES, max_depth=MAX_DEPTH)
+    for rel in walk.outside_links:
+        result.diagnostics.append(Diagnostic(rel, 0, "symbolic link to outside the repository; not read", "error"))
+    for rel in walk.skipped_deep:
+        result.diagnostics.append(Diagnostic(rel, 0, f"not scanned: more than {MAX_DEPTH} folders deep", "error"))
+    if walk.truncated:
+        result.diagnostics.append(Diagnostic(".", 0, f"scan stopped after {MAX_FILES} files: the repository is "
+                                             "larger than a scan reads (use include/exclude to narrow it)", "error"))
+    return base, walk.files
+
+
 def scan_path(root: Path | str, *, rules: str | list[Rule] = "default", include: list[str] | None = None,
               exclude: list[str] | None = None, rewrite: bool = True, progress=None) -> ScanResult:
     """Scan a file or folder. Files that do not parse or cannot be read become diagnostics; the
@@ -102,9 +125,8 @@ def scan_path(root: Path | str, *, rules: str | list[Rule] = "default", include:
 
     root = Path(root)
     chosen = select_rules(rules) if isinstance(rules, str) else rules
-    base = root if root.is_dir() else root.parent
-    paths = iter_python_files(root)
     result = ScanResult(str(root))
+    base, paths = _python_files(root, result)
     for index, path in enumerate(paths):
         rel = path.relative_to(base).as_posix()
         if not _included(rel, include, exclude):
@@ -116,7 +138,10 @@ def scan_path(root: Path | str, *, rules: str | list[Rule] = "default", include:
             if size > MAX_FILE_BYTES:
                 result.diagnostics.append(Diagnostic(rel, 0, f"skipped: {size} bytes is over the {MAX_FILE_BYTES}-byte limit"))
                 continue
-            raw = path.read_bytes()
+            raw = read_inside(base, rel)
+        except UnsafePath as exc:
+            result.diagnostics.append(Diagnostic(rel, 0, f"not read: {exc}", "error"))
+            continue
         except OSError as exc:
             result.diagnostics.append(Diagnostic(rel, 0, f"cannot read: {exc.strerror}", "error"))
             continue

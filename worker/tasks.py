@@ -4,17 +4,26 @@ Every task is idempotent (see ``worker.pipeline`` and ``worker.state``): a messa
 its worker died, or a retry, changes nothing twice. Transient failures (network, GitHub 5xx, rate
 limits, a database or broker hiccup) are retried with backoff; anything else ends the scan as
 ``failed`` with the reason.
+
+A stage whose pool process died (repository code that got it killed, the OOM killer, a hard time
+limit) comes back at once (``acks_late``); each start is counted in Redis and the count removed when
+the stage ends in any way, so a count still there at the next start is a process that died. After
+``MAX_LOST_ATTEMPTS`` such deaths the scan fails with that reason instead of looping for ever.
+
+Each forked pool process disposes the database engine it inherited (its connections belong to the
+parent) and removes scratch folders left by pool processes that were killed mid-verification.
 """
 
 from __future__ import annotations
 
 import logging
 from datetime import timedelta
+from functools import lru_cache
 from time import monotonic
 
 from celery import Task
 from celery.exceptions import Retry, SoftTimeLimitExceeded
-from celery.signals import worker_ready
+from celery.signals import worker_process_init, worker_ready
 from sqlalchemy import select, update
 from sqlalchemy.exc import OperationalError
 
@@ -28,6 +37,52 @@ from worker.pipeline import NEXT_STAGE, STAGE_FUNCTIONS, STAGES, Skip, remove_ch
 from worker.state import finish
 
 log = logging.getLogger(__name__)
+
+MAX_LOST_ATTEMPTS = 2  # pool processes that may die running one stage of one scan before it fails
+
+
+@worker_process_init.connect
+def _fresh_pool_process(**_kwargs) -> None:
+    from app.db.session import get_engine
+    from engine.verify.workspace import sweep_orphans
+
+    # The parent's pooled connections must not be shared with a forked child: drop them unclosed
+    # (closing would end the parent's sessions), the child opens its own. get_engine is cached by
+    # its arguments: session_scope() asks for get_engine(None), the settings' URL may be passed too.
+    for url in (None, get_settings().database_url):
+        get_engine(url).dispose(close=False)
+    try:
+        for path in sweep_orphans():
+            log.info("removed %s, left by a killed worker process", path)
+    except OSError:
+        log.exception("sweep of scratch folders failed")
+
+
+@lru_cache(maxsize=1)
+def _redis():
+    import redis
+
+    return redis.Redis.from_url(get_settings().redis_url, socket_timeout=10)
+
+
+def _attempt_key(stage: str, scan_id: int) -> str:
+    return f"{get_settings().redis_key_prefix}adopter:running:{stage}:{scan_id}"
+
+
+def start_attempt(stage: str, scan_id: int) -> int:
+    """Count a start of ``stage`` for ``scan_id``; returns how many earlier starts never ended."""
+    key = _attempt_key(stage, scan_id)
+    client = _redis()
+    count = client.incr(key)
+    client.expire(key, get_settings().broker_visibility_timeout * (MAX_LOST_ATTEMPTS + 2))
+    return int(count) - 1
+
+
+def end_attempt(stage: str, scan_id: int) -> None:
+    try:
+        _redis().delete(_attempt_key(stage, scan_id))
+    except Exception:  # the broker's Redis is down: the next start counts one loss too many, at worst
+        log.exception("could not clear the attempt count of %s for scan %s", stage, scan_id)
 
 
 def retry_delay(exc: BaseException, attempt: int) -> float | None:
@@ -55,7 +110,13 @@ def enqueue_stage(stage: str, scan_id: int) -> None:
 def run_stage(task: Task, stage: str, scan_id: int) -> None:
     started, t0, outcome = utcnow(), monotonic(), "ok"
     advanced = False
+    lost = start_attempt(stage, scan_id)
     try:
+        if lost > MAX_LOST_ATTEMPTS:
+            outcome = "failed"
+            _end(scan_id, ScanState.failed, f"{stage}: the worker process running it died {lost} times (killed, "
+                                            "out of memory or past the hard time limit); not retried again")
+            return
         with session_scope() as session:
             scan = session.get(Scan, scan_id)
             if scan is None or scan.state in TERMINAL_STATES:
@@ -90,6 +151,7 @@ def run_stage(task: Task, stage: str, scan_id: int) -> None:
         log.exception("scan %s failed in %s", scan_id, stage)
         _end(scan_id, ScanState.failed, f"{stage}: {type(exc).__name__}: {exc}"[:2000])
     finally:
+        end_attempt(stage, scan_id)
         _record_run(stage, scan_id, outcome, started, t0)
         if outcome != "retry" and (stage == "verify_bench" or _is_terminal(scan_id)):
             remove_checkout(scan_id)  # publish needs no files; a later stage elsewhere clones again
@@ -171,3 +233,7 @@ def _sweep_on_start(**_kwargs) -> None:
             log.info("re-enqueued %d stored deliveries", count)
     except Exception:
         log.exception("sweep of stored deliveries failed")
+    finally:  # the main process forks pool processes later: it keeps no connection for them to inherit
+        from app.db.session import get_engine
+
+        get_engine(None).dispose()

@@ -22,14 +22,14 @@ import selectors
 import shutil
 import statistics
 import subprocess
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from engine.verify.sandbox import Limits, kill, popen
+from engine.verify.messages import MAX_LINE_BYTES, MalformedMessage, bench_message, parent_versions
+from engine.verify.sandbox import Limits, SandboxUnavailable, kill, popen
 from engine.verify.targets import HFTarget, Target, discover_targets
-from engine.verify.workspace import materialize, overlay_from
+from engine.verify.workspace import materialize, overlay_from, scratch_dir
 
 CHILD = Path(__file__).resolve().parent.parent / "verify" / "child.py"
 DEFAULT_SHAPE = {"batch_size": 8, "seq_len": 512}
@@ -111,8 +111,11 @@ class _Worker:
         except OSError:
             return ""
 
-    def read(self) -> dict:
+    def read(self, expect: str = "ok") -> dict:
+        """The next message, checked as untrusted input (``engine.verify.messages``)."""
         while b"\n" not in self._buffer:
+            if len(self._buffer) > MAX_LINE_BYTES:
+                raise _WorkerError("error", f"{self.name}: a message over the {MAX_LINE_BYTES}-byte limit")
             remaining = self.deadline - time.monotonic()
             if remaining <= 0:
                 raise _WorkerError("timeout", f"{self.name}: stopped by the time limit")
@@ -120,29 +123,33 @@ class _Worker:
                 continue
             chunk = os.read(self.process.stdout.fileno(), 65536)
             if not chunk:
-                code = self.process.wait(timeout=10)
+                self.process.wait(timeout=10)
+                code = self.process.normalized_returncode()
                 if code == -9:
                     raise _WorkerError("oom", f"{self.name}: killed by signal 9 (likely out of memory)")
                 raise _WorkerError("error", f"{self.name}: exited with code {code}: {self._stderr_tail()}")
             self._buffer += chunk
         line, _, self._buffer = self._buffer.partition(b"\n")
-        message = json.loads(line)
-        if message.get("status") in ("error", "oom"):
-            raise _WorkerError(message["status"], f"{self.name} ({message.get('phase', '')}): {message.get('message', '')}")
+        try:
+            message = bench_message(line, expect)
+        except MalformedMessage as exc:
+            raise _WorkerError("error", f"{self.name}: its message was rejected: {exc}") from None
+        if message["status"] in ("error", "oom"):
+            raise _WorkerError(message["status"], f"{self.name} ({message['phase']}): {message['message']}")
         return message
 
-    def request(self, **message) -> dict:
+    def request(self, expect: str = "ok", **message) -> dict:
         try:
             self.process.stdin.write((json.dumps(message) + "\n").encode())
             self.process.stdin.flush()
         except BrokenPipeError:
             pass  # read() reports why the process went away
-        return self.read()
+        return self.read(expect)
 
     def close(self) -> None:
         try:
             if self.process.poll() is None:
-                self.request(op="quit")
+                self.request("bye", op="quit")
         except (_WorkerError, OSError, ValueError):
             pass
         kill(self.process)
@@ -161,15 +168,18 @@ def _start(name: str, side: str, tree, target: Target, shape: dict, config: Benc
     stderr_path = base / "stderr.txt"
     limits = Limits(timeout_s=config.timeout_s, memory_bytes=config.memory_bytes, threads=config.threads,
                     network=config.allow_network)
+    # the original side writes the weights into its own folder; the rewritten side only reads them
+    writable, readable = ([base], []) if side == "original" else ([base], [state_file])
     with open(stderr_path, "wb") as stderr:
         process, isolated = popen(CHILD, [str(base / "job.json")], cwd=tree.cwd, home=base / "home", limits=limits,
                                   cuda=config.device.startswith("cuda"), stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, stderr=stderr)
+                                  stdout=subprocess.PIPE, stderr=stderr,
+                                  writable=[*writable, tree.root], readable=readable)
     return _Worker(name, process, stderr_path, deadline), isolated
 
 
 def _timed(worker: _Worker, steps: int) -> float:
-    times = worker.request(op="steps", n=steps)["times"]
+    times = worker.request("steps", op="steps", n=steps)["times"]
     return statistics.median(times)
 
 
@@ -195,30 +205,30 @@ def bench(original_root: Path, rewritten: dict[str, str] | Path, target: Target 
     result = BenchResult("ok", target=target.label, device=config.device, dtype=config.dtype, shape=shape,
                          warmup=config.warmup, repeats=config.repeats, steps_per_repeat=config.steps_per_repeat)
     own_dir = config.workdir is None
-    work = Path(tempfile.mkdtemp(prefix="adopter-bench-")) if own_dir else Path(config.workdir)
+    work = scratch_dir("bench") if own_dir else Path(config.workdir)
     deadline = time.monotonic() + config.timeout_s
     workers: list[_Worker] = []
     try:
         original_tree = materialize(root, {}, work / "original" / "tree", target)
         rewritten_tree = materialize(root, overlay, work / "rewritten" / "tree", target)
-        state_file = work / "state.pt"
+        state_file = work / "original" / "job" / "state.pt"
         baseline, isolated = _start("original", "original", original_tree, target, shape, config,
                                     work / "original" / "job", state_file, deadline)
         workers.append(baseline)
-        ready = baseline.read()  # the original writes the weights the rewritten side loads
+        ready = baseline.read("ready")  # the original writes the weights the rewritten side loads
         optimized, _ = _start("rewritten", "rewritten", rewritten_tree, rewritten_target or target, shape, config,
                               work / "rewritten" / "job", state_file, deadline)
         workers.append(optimized)
-        optimized.read()
+        optimized.read("ready")
         result.network_isolated = isolated
-        result.versions = ready["versions"]
+        result.versions = parent_versions()
         result.device_name = ready["device_name"]
         result.parameters = ready["parameters"]
         result.input_shapes = ready["input_shapes"]
         result.threads = ready["threads"]
         if config.warmup:
-            baseline.request(op="steps", n=config.warmup)
-            optimized.request(op="steps", n=config.warmup)
+            baseline.request("steps", op="steps", n=config.warmup)
+            optimized.request("steps", op="steps", n=config.warmup)
         for round_index in range(config.repeats):
             order = (baseline, optimized) if round_index % 2 == 0 else (optimized, baseline)
             times = {worker.name: _timed(worker, config.steps_per_repeat) for worker in order}
@@ -229,7 +239,7 @@ def bench(original_root: Path, rewritten: dict[str, str] | Path, target: Target 
             result.baseline_step_s = statistics.median(result.baseline_times_s)
             result.optimized_step_s = statistics.median(result.optimized_times_s)
             result.speedup = result.baseline_step_s / result.optimized_step_s
-        memory = [worker.request(op="memory") for worker in (baseline, optimized)]
+        memory = [worker.request("memory", op="memory") for worker in (baseline, optimized)]
         if config.device.startswith("cuda"):
             result.memory_metric = "torch.cuda.max_memory_allocated"
             peaks = [m["peak_bytes"] for m in memory]
@@ -241,8 +251,14 @@ def bench(original_root: Path, rewritten: dict[str, str] | Path, target: Target 
             result.memory_reduction = 1.0 - peaks[1] / peaks[0]
     except _WorkerError as exc:
         result.status, result.message = exc.status, str(exc)
+    except SandboxUnavailable as exc:
+        result.status, result.message = "error", str(exc)
     except (OSError, ValueError) as exc:
         result.status, result.message = "error", f"{type(exc).__name__}: {exc}"
+    except BaseException:  # the caller is stopped (Celery's soft time limit, Ctrl-C): kill, do not ask
+        for worker in workers:
+            kill(worker.process)
+        raise
     finally:
         for worker in workers:
             worker.close()

@@ -10,17 +10,17 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.verify import result as R
 from engine.verify.merge import MergeConflict, merge_overlays
+from engine.verify.messages import MalformedMessage, read_result_file
 from engine.verify.result import Candidate, CandidatesResult, CaseResult, VerifyResult
-from engine.verify.sandbox import Limits, run_child
+from engine.verify.sandbox import Limits, SandboxUnavailable, run_child
 from engine.verify.targets import HFTarget, Target, discover_targets
-from engine.verify.workspace import materialize, overlay_from
+from engine.verify.workspace import materialize, overlay_from, scratch_dir
 
 CHILD = Path(__file__).with_name("child.py")
 
@@ -61,6 +61,28 @@ class _SideRun:
     tensors: dict = field(default_factory=dict)
     reference_file: Path | None = None
     network_isolated: bool | None = None
+    sandboxed: bool = False
+
+
+MAX_TENSORS_BYTES = 8 * 1024**3
+
+
+def _load_tensors(path: Path) -> dict:
+    """The child's saved tensors: a file it wrote, so bounded and loaded ``weights_only``."""
+    if not path.is_file():
+        return {}
+    if path.stat().st_size > MAX_TENSORS_BYTES:
+        raise MalformedMessage(f"{path.stat().st_size} bytes, over the {MAX_TENSORS_BYTES}-byte limit")
+    import torch  # only here: the rest of engine.verify works without torch installed
+
+    try:
+        tensors = torch.load(path, weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - a forged file must fail the run, not the parent
+        raise MalformedMessage(f"cannot be loaded ({type(exc).__name__})") from None
+    if not isinstance(tensors, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor)
+                                                for k, v in tensors.items()):
+        raise MalformedMessage("not a mapping of names to tensors")
+    return tensors
 
 
 class Verifier:
@@ -71,7 +93,7 @@ class Verifier:
         self.targets = list(targets) if targets is not None else None
         self.config = config or VerifyConfig()
         self._own_dir = self.config.workdir is None
-        self.dir = Path(tempfile.mkdtemp(prefix="adopter-verify-")) if self._own_dir else Path(self.config.workdir)
+        self.dir = scratch_dir("verify") if self._own_dir else Path(self.config.workdir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self._references: dict[str, _SideRun] = {}
         self._counter = 0
@@ -122,9 +144,16 @@ class Verifier:
             "result_file": str(job_dir / "result.json"),
         }
         (job_dir / "job.json").write_text(json.dumps(job))
-        run = run_child(CHILD, [str(job_dir / "job.json")], cwd=tree.cwd, home=base / "home", log_dir=job_dir,
-                        limits=self.config.limits())
-        out = _SideRun(R.PASSED, reference_file=reference_file, network_isolated=run.network_isolated)
+        try:
+            run = run_child(CHILD, [str(job_dir / "job.json")], cwd=tree.cwd, home=base / "home", log_dir=job_dir,
+                            limits=self.config.limits(), writable=[base / "tree"],
+                            readable=[reference_file] if reference else [])
+        except SandboxUnavailable as exc:
+            return _SideRun(R.ERROR, str(exc))
+        except OSError as exc:
+            return _SideRun(R.ERROR, f"could not start the child: {exc}")
+        out = _SideRun(R.PASSED, reference_file=reference_file, network_isolated=run.network_isolated,
+                       sandboxed=run.sandboxed)
         if run.status == "timeout":
             out.status, out.message = R.TIMEOUT, f"stopped by the time limit after {run.elapsed_s:.0f}s"
             return out
@@ -140,16 +169,20 @@ class Verifier:
                 out.status = R.ERROR
                 out.message = f"exited with code {run.returncode} without a result: {run.stderr_tail[-1500:]}"
             return out
-        data = json.loads(result_path.read_text())
-        if data.get("status") != "ok":
-            out.status = R.OOM if data.get("status") == "oom" else R.ERROR
-            out.message = data.get("message", "")
+        try:
+            data = read_result_file(result_path)
+        except MalformedMessage as exc:
+            out.status, out.message = R.ERROR, f"the child's report was rejected: {exc}"
+            return out
+        if data["status"] != "ok":
+            out.status = R.OOM if data["status"] == "oom" else R.ERROR
+            out.message = data["message"]
             return out
         out.cases = data["cases"]
-        import torch  # only here: the rest of engine.verify works without torch installed
-
-        tensors_path = Path(job["tensors_file"])
-        out.tensors = torch.load(tensors_path, weights_only=True) if tensors_path.exists() else {}
+        try:
+            out.tensors = _load_tensors(Path(job["tensors_file"]))
+        except MalformedMessage as exc:
+            out.status, out.message = R.ERROR, f"the child's tensors were rejected: {exc}"
         return out
 
     def _reference(self, key: str, targets: list[Target]) -> _SideRun:
@@ -174,6 +207,10 @@ class Verifier:
         for key, members in groups.items():
             reference = self._reference(key + "|" + ",".join(t.label for t in members), members)
             result.network_isolated = reference.network_isolated
+            if reference.status == R.PASSED and not reference.sandboxed:
+                note = "UNSANDBOXED: no working sandbox here (bubblewrap), repository code ran with the user's rights"
+                if note not in result.notes:
+                    result.notes.append(note)
             if reference.status != R.PASSED:
                 statuses.append((reference.status, f"the original model could not be run: {reference.message}"))
                 continue

@@ -60,7 +60,8 @@ def test_harness_sees_no_secrets_and_no_network(tmp_path, monkeypatch):
     server.bind(("127.0.0.1", 0))
     server.listen(1)
     port = server.getsockname()[1]
-    seen = tmp_path / "seen.json"
+    # The sandbox lets the child write only its working copy: it reports there, in a kept workdir.
+    work = tmp_path / "work"
     repo = write_repo(tmp_path / "repo", harness=f"""
         import json, os, socket, sys
         import torch
@@ -72,21 +73,22 @@ def test_harness_sees_no_secrets_and_no_network(tmp_path, monkeypatch):
                 network = "reached"
             except OSError as exc:
                 network = repr(exc)
-            with open({str(seen)!r}, "w") as handle:
+            with open("seen.json", "w") as handle:
                 json.dump({{"env": dict(os.environ), "network": network, "path": sys.path, "cwd": os.getcwd()}}, handle)
             return Net(), (torch.randn(batch_size, seq_len, 32),)
     """)
     try:
-        result = verify(repo, sdpa_rewrite(repo), config=_config())
+        result = verify(repo, sdpa_rewrite(repo), config=_config(workdir=work))
     finally:
         server.close()
     assert result.passed, result.message
-    data = json.loads(seen.read_text())
+    data = json.loads(next(work.glob("*-original/tree/repo/seen.json")).read_text())
     env = data["env"]
     for name in ("GITHUB_TOKEN", "ADOPTER_GITHUB_TOKEN", "AWS_SECRET_ACCESS_KEY", "PYTHONPATH"):
         assert name not in env
-    assert not any("secret" in value for value in env.values())
-    assert env["HOME"] != os.environ.get("HOME") and "adopter-verify-" in env["HOME"]
+    assert not any(secret in value for value in env.values()
+                   for secret in ("ghp_secretsecretsecret", "ghs_anothersecret", "aws-secret"))
+    assert env["HOME"] != os.environ.get("HOME") and env["HOME"].startswith(str(work))
     assert "/nonexistent/injected" not in data["path"]
     assert data["cwd"] != str(repo)  # a temporary working copy, not the repository itself
     if network_namespace_available():
