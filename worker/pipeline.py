@@ -110,11 +110,12 @@ def clone_stage(session: Session, scan_id: int) -> bool:
 
     try:
         config, source = load_config(result.path)
+        config.selected_rules(source)  # unknown rule ids in rules/disable are a configuration error
     except ConfigError as exc:
         report_config_error(repository, scan.head_sha, exc)
         finish(session, scan_id, S.failed, f"invalid configuration: {exc}")
         return False
-    scan.config = {"source": source, **config.model_dump()}
+    scan.config = {"source": source, **config.to_dict()}
     session.commit()
     return transition(session, scan_id, [S.cloning], S.scanning)
 
@@ -187,7 +188,7 @@ def group_rewrites(root: Path, output: engine_adapter.ScanOutput, config: RepoCo
 
 def scan_stage(session: Session, scan_id: int) -> bool:
     scan = session.get(Scan, scan_id)
-    config = RepoConfig.model_validate({k: v for k, v in (scan.config or {}).items() if k != "source"})
+    config = RepoConfig.from_dict({k: v for k, v in (scan.config or {}).items() if k != "source"})
     root = checkout(session, scan)
     output = engine_adapter.scan(root, rules=config.rules, include=config.paths.include,
                                  exclude=config.paths.exclude)
@@ -237,7 +238,7 @@ def ignored_outcome(session: Session, repository_id: int, identity: str, code_di
 
 def verify_bench_stage(session: Session, scan_id: int) -> bool:
     scan = session.get(Scan, scan_id)
-    config = RepoConfig.model_validate({k: v for k, v in (scan.config or {}).items() if k != "source"})
+    config = RepoConfig.from_dict({k: v for k, v in (scan.config or {}).items() if k != "source"})
     pending = [c for c in scan.change_sets if c.outcome is None]
     for change in pending:
         if change.result is None:
@@ -306,7 +307,7 @@ def publish_stage(session: Session, scan_id: int) -> bool:
         if scan.state != S.publishing:  # another copy of this task got here first
             return False
         repository = session.get(Repository, repository_id)
-        config = RepoConfig.model_validate({k: v for k, v in (scan.config or {}).items() if k != "source"})
+        config = RepoConfig.from_dict({k: v for k, v in (scan.config or {}).items() if k != "source"})
         gh_repo = github_client.client_for(repository.installation_id).get_repo(repository.full_name)
         outcomes = []
         for change in scan.change_sets:
