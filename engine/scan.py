@@ -13,6 +13,7 @@ from engine.extract import extract_source, iter_python_files
 from engine.extract.imports import module_name_for
 from engine.match import Finding, find, load_rules
 from engine.match.rule import Rule
+from engine.suppression import apply_suppressions
 from rules import RULES_DIR
 
 MAX_FILE_BYTES = 2_000_000  # larger Python files are skipped with a diagnostic (generated code)
@@ -82,6 +83,7 @@ def scan_source(text: str, rules: list[Rule], path: str = "model.py", module: st
 
     fm = extract_source(text, path, module)
     findings = find([fm], rules)
+    apply_suppressions(findings, text)
     new_text = apply_findings(text, findings) if any(f.status in ("rewritten", "guarded") for f in findings) else text
     return findings, new_text
 
@@ -124,6 +126,7 @@ def scan_path(root: Path | str, *, rules: str | list[Rule] = "default", include:
         result.files_scanned += 1
         result.diagnostics.extend(fm.diagnostics)
         findings = find([fm], chosen)
+        apply_suppressions(findings, text)
         result.findings.extend(findings)
         if rewrite and any(f.status in ("rewritten", "guarded") for f in findings):
             try:
