@@ -92,14 +92,15 @@ class RepoConfig:
             min_gain=min_gain if min_gain is not None else self.min_gain,
         )
 
-    def selected_rules(self, source: str | None = None):
-        """The engine's rules for ``rules`` less ``disable``; an unknown id is a ``ConfigError``."""
+    def selected_rules(self, source: str | None = None, rules_from: str | None = None):
+        """The engine's rules for ``rules`` less ``disable``; an unknown id is a ``ConfigError``
+        naming ``source`` (the file), or ``rules_from`` for ``rules`` (``--rules`` on the command line)."""
         from engine.scan import RuleSelectionError, select_rules
 
         try:
             chosen = select_rules(self.rules)
         except RuleSelectionError as exc:
-            raise ConfigError(f"rules: {exc}", source) from None
+            raise ConfigError(f"{rules_from or 'rules'}: {exc}", None if rules_from else source) from None
         known = {r.id for r in chosen}
         if not known.issuperset(self.disable):  # a rule outside the selection, or a typo
             known = {r.id for r in select_rules("all")}
