@@ -31,6 +31,7 @@ from app.db.models import (
 from app.settings import get_settings
 from worker import engine_adapter, github_client
 from worker.clone import shallow_clone, tree_size
+from worker.code_scanning import upload_sarif
 from worker.pr_body import title_for
 from worker.publish import Proposal, digest_files, publish
 from worker.repo_config import ConfigError, RepoConfig, load_config
@@ -190,8 +191,9 @@ def scan_stage(session: Session, scan_id: int) -> bool:
     scan = session.get(Scan, scan_id)
     config = RepoConfig.from_dict({k: v for k, v in (scan.config or {}).items() if k != "source"})
     root = checkout(session, scan)
-    output = engine_adapter.scan(root, rules=config.rules, include=config.paths.include,
-                                 exclude=config.paths.exclude)
+    # the rules less the disabled ones, as the command line selects them (engine.config)
+    rules = ",".join(rule.id for rule in config.selected_rules(scan.config.get("source") if scan.config else None))
+    output = engine_adapter.scan(root, rules=rules, include=config.paths.include, exclude=config.paths.exclude)
     # A rerun replaces what an interrupted run stored.
     session.execute(delete(Finding).where(Finding.scan_id == scan_id))
     session.execute(delete(ChangeSet).where(ChangeSet.scan_id == scan_id))
@@ -320,6 +322,9 @@ def publish_stage(session: Session, scan_id: int) -> bool:
                                   else f"published #{published.number} ({published.outcome})")
             outcomes.append(f"{change.identity}: {change.outcome}")
             session.commit()
+        scanning = upload_sarif(gh_repo, repository.installation, repository, scan)
+        if scanning is not None:
+            outcomes.append(scanning)
         return transition(session, scan_id, [S.publishing], S.done, "; ".join(outcomes))
 
 

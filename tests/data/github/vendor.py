@@ -56,6 +56,7 @@ OPERATIONS = {
     "issues/get-comment": "200",
     "reactions/create-for-issue-comment": "201",
     "repos/create-commit-comment": "201",
+    "code-scanning/upload-sarif": "202",
 }
 
 
