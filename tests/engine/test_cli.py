@@ -139,6 +139,20 @@ def test_no_color_is_respected_on_error_lines(tmp_path):
     assert plain.exit_code == 2 and ANSI not in plain.output and plain.output.startswith("error: ")
 
 
+def _colours(text: str) -> set[str]:
+    """The SGR parameters that set a colour (30-37, 38;..., 40-47, 90-97, ...); bold and dim are not."""
+    import re
+
+    return {p for sgr in re.findall(r"\x1b\[([0-9;]*)m", text) for p in sgr.split(";")
+            if p and (p[0] in "349" and len(p) == 2 or p in ("38", "48"))}
+
+
+def test_no_color_is_respected_by_rich_output_too():
+    forced = {"FORCE_COLOR": "1"}  # rich would colour a non-terminal then
+    assert _colours(run("scan", "--bogus", color=True, env=forced).output)
+    assert not _colours(run("scan", "--bogus", color=True, env={**forced, "NO_COLOR": "1"}).output)
+
+
 def test_rules_and_history_speak_json(minigpt):
     from engine.scan import select_rules
 
