@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from enum import StrEnum
 from pathlib import Path
@@ -12,7 +13,7 @@ import typer
 app = typer.Typer(
     help="Adopter: rewrite PyTorch model code to use optimized kernels, prove it, measure it.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish, PowerShell)
     pretty_exceptions_enable=False,
 )
 
@@ -61,8 +62,29 @@ def _main(
     """Adopter: rewrite PyTorch model code to use optimized kernels, prove it, measure it."""
 
 
-def _fail(message: str, code: int = 2) -> None:
-    typer.secho(f"error: {message}", err=True, fg=typer.colors.RED)
+# Exit codes of `adopter scan` (docs in the README's CLI section), like black --check.
+EXIT_OK = 0  # nothing to rewrite (or not --check)
+EXIT_REWRITE_AVAILABLE = 1  # --check: at least one file would change
+EXIT_USAGE = 2  # bad arguments, an invalid .adopter.yml, a path without Python files
+EXIT_UNSCANNABLE = 3  # --check: nothing to rewrite, but some files could not be scanned (parse errors)
+
+
+def _color(fg: str) -> str | None:
+    """No colour where NO_COLOR is set to anything (https://no-color.org); click already drops it
+    when the stream is not a terminal."""
+    return None if os.environ.get("NO_COLOR") else fg
+
+
+def _say(message: str, fg: str | None = None) -> None:
+    colour = _color(fg) if fg else None
+    if colour:
+        typer.secho(message, err=True, fg=colour)
+    else:  # secho adds a reset sequence even without a colour
+        typer.echo(message, err=True)
+
+
+def _fail(message: str, code: int = EXIT_USAGE) -> None:
+    _say(f"error: {message}", typer.colors.RED)
     raise typer.Exit(code)
 
 
@@ -91,7 +113,7 @@ def extract(
             continue
         out.append(replace(fm, classes=tuple(classes)))
         for diag in fm.diagnostics:
-            typer.secho(f"{diag.file}:{diag.line}: {diag.severity}: {diag.message}", err=True, fg=typer.colors.YELLOW)
+            _say(f"{diag.file}:{diag.line}: {diag.severity}: {diag.message}", typer.colors.YELLOW)
     if fmt is ExtractFormat.json:
         typer.echo(json.dumps([asdict(fm) for fm in out], default=repr, indent=1))
     else:
@@ -102,9 +124,15 @@ def extract(
         _fail(f"no class {class_name!r} found", 1)
 
 
+class ListFormat(StrEnum):
+    text = "text"
+    json = "json"
+
+
 @app.command()
 def rules(
     spec: str = typer.Option("all", "--rules", help="all, default, paper, or comma-separated ids."),
+    fmt: ListFormat = typer.Option(ListFormat.text, "--format", help="text or json."),
 ) -> None:
     """List the rules."""
     from engine.scan import RuleSelectionError, select_rules
@@ -113,21 +141,33 @@ def rules(
         chosen = select_rules(spec)
     except RuleSelectionError as exc:
         _fail(str(exc))
-    for rule in chosen:
-        kind = "detect-only" if rule.detect_only else "rewrite" + (" (guarded)" if rule.guard else "")
-        typer.echo(f"{rule.id:22s} {kind:18s} {rule.summary}")
+    rows = [{"id": rule.id, "kind": "detect-only" if rule.detect_only else "rewrite-guarded" if rule.guard else "rewrite",
+             "summary": rule.summary, "kernel": rule.kernel, "requires": list(rule.requires),
+             "default": not rule.id.startswith("paper/")} for rule in chosen]
+    if fmt is ListFormat.json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    for row in rows:
+        kind = row["kind"].replace("rewrite-guarded", "rewrite (guarded)")
+        typer.echo(f"{row['id']:22s} {kind:18s} {row['summary']}")
 
 
 @app.command()
 def scan(
     path: str = typer.Argument(..., help="A file or folder to scan (recursively)."),
-    rules_spec: str = typer.Option("default", "--rules", help="all, default (current kernels), paper, or ids."),
+    rules_spec: str | None = typer.Option(None, "--rules", help="all, default (current kernels), paper, or ids "
+                                          "(default: .adopter.yml's rules, else default)."),
     fmt: ScanFormat = typer.Option(ScanFormat.text, "--format", help="text, json or sarif."),
     output: Path | None = typer.Option(None, "--output", help="Write the report here instead of stdout."),
-    diff: Path | None = typer.Option(None, "--diff", help="Write the patch (unified diff) here."),
+    diff: str | None = typer.Option(None, "--diff", help="Write the patch (unified diff) to this file; - for "
+                                    "stdout (the report then goes to stderr unless --output is given)."),
     apply: bool = typer.Option(False, "--apply", help="Rewrite the files in place."),
-    include: list[str] = typer.Option([], "--include", help="Only paths matching (glob or folder); repeatable."),
-    exclude: list[str] = typer.Option([], "--exclude", help="Skip paths matching (glob or folder); repeatable."),
+    check: bool = typer.Option(False, "--check", help="CI gate: exit 1 when a rewrite is available, 0 when none, "
+                               "3 when none but some files could not be scanned, 2 on usage errors."),
+    include: list[str] = typer.Option([], "--include", help="Only paths matching (glob or folder); repeatable; "
+                                      "replaces paths.include."),
+    exclude: list[str] = typer.Option([], "--exclude", help="Skip paths matching (glob or folder); repeatable; "
+                                      "replaces paths.exclude."),
     verify: bool = typer.Option(False, "--verify", help="Prove each rewrite equivalent (sandboxed); drop failures."),
     bench: bool = typer.Option(False, "--bench", help="Time the training step and peak memory, before and after."),
     device: Device = typer.Option(Device.cpu, "--device", help="Benchmark device."),
@@ -140,53 +180,68 @@ def scan(
     report: Path | None = typer.Option(None, "--report", help="Write the pull request body (Markdown) here."),
     no_history: bool = typer.Option(False, "--no-history", help="Do not record this scan in the local history."),
 ) -> None:
-    """Find optimization opportunities, rewrite them, and report; --verify and --bench prove and measure."""
-    from engine.scan import RuleSelectionError, scan_path
+    """Find optimization opportunities, rewrite them, and report; --verify and --bench prove and measure.
+
+    Settings come from the scanned folder's .adopter.yml (docs/config.md); options given here win."""
+    from engine.config import ConfigError, load_config
+    from engine.progress import for_terminal
+    from engine.scan import scan_path
 
     root = Path(path)
     if not root.exists():
         _fail(f"{path} does not exist")
-    progress = None
-    if sys.stderr.isatty():
-        from rich.progress import Progress
-
-        bar = Progress(transient=True)
-        bar.start()
-        task = bar.add_task("scanning", total=None)
-
-        def progress(i: int, n: int, rel: str) -> None:  # noqa: F811 - the terminal's progress callback
-            bar.update(task, completed=i, total=n, description=rel[-40:])
+    base = root if root.is_dir() else root.parent
     try:
-        result = scan_path(root, rules=rules_spec, include=include or None, exclude=exclude or None, progress=progress)
-    except RuleSelectionError as exc:
+        file_config, source = load_config(base)
+        config = file_config.overridden(rules=rules_spec, include=include, exclude=exclude, min_gain=min_gain)
+        chosen = config.selected_rules(source, rules_from="--rules" if rules_spec is not None else None)
+    except ConfigError as exc:
         _fail(str(exc))
+    shape = _parse_shape(bench_shape) if bench_shape else None
+    progress = for_terminal()
+    progress.stage("scan")
+    try:
+        result = scan_path(root, rules=chosen, include=list(config.paths.include or []) or None,
+                           exclude=list(config.paths.exclude or []) or None, progress=progress.at)
     finally:
-        if progress is not None:
-            bar.stop()
+        progress.close()
+    if result.files_scanned == 0:
+        for d in result.diagnostics:
+            _say(f"{d.file}:{d.line}: {d.severity}: {d.message}", typer.colors.YELLOW)
+        filtered = " (after paths.include/exclude)" if config.paths.include or config.paths.exclude else ""
+        _fail(f"no Python files to scan in {path}{filtered}")
     outcome = None
     if verify or bench or report is not None:
         from dataclasses import replace
 
         from engine.pipeline import report_markdown, verify_and_bench
 
-        shape = _parse_shape(bench_shape) if bench_shape else None
-        outcome = verify_and_bench(result, root, verify=verify, bench=bench, device=device.value, dtype=dtype.value,
-                                   min_gain=min_gain, bench_shape=shape, repeats=repeats,
-                                   log=lambda line: typer.secho(line, err=True))
+        stages = for_terminal()
+        try:
+            outcome = verify_and_bench(result, root, verify=verify, bench=bench, device=device.value,
+                                       dtype=dtype.value, min_gain=config.min_gain, bench_shape=shape,
+                                       repeats=repeats, log=lambda line: _say(line), progress=stages)
+        finally:
+            stages.close()
         if verify:  # the patch holds only the rewrites that passed
             result = replace(result, files=outcome["files"],
                              originals={rel: result.originals[rel] for rel in outcome["files"]})
         if report is not None:
             flags = " --verify" * verify + " --bench" * bench + f" --device {device.value} --dtype {dtype.value}"
             report.write_text(report_markdown(result, outcome, reproduce=f"adopter scan {path}{flags}",
-                                              min_gain=min_gain))
+                                              min_gain=config.min_gain))
     text = _render(result, fmt, root, outcome)
     if output is not None:
         output.write_text(text)
+    elif diff == "-":  # stdout carries the patch alone (`adopter scan . --diff - | git apply`)
+        typer.echo(text, nl=not text.endswith("\n"), err=True)
     else:
         typer.echo(text, nl=not text.endswith("\n"))
-    if diff is not None:
-        diff.write_text(result.diff)
+    if diff == "-":
+        sys.stdout.write(result.diff)
+        sys.stdout.flush()
+    elif diff is not None:
+        Path(diff).write_text(result.diff)
     if apply:
         from engine.repo_files import UnsafePath, check_writable, write_inside
 
@@ -198,25 +253,51 @@ def scan(
                 write_inside(base, rel, new_text)
         except UnsafePath as exc:
             _fail(f"--apply refused: {exc}")
-        typer.secho(f"rewrote {len(result.files)} file(s)", err=True)
+        _say(f"rewrote {len(result.files)} file(s)")
     if not no_history:
         from app.cli_history import record_cli_scan
 
-        record_cli_scan(result, root, rules=rules_spec, include=include, exclude=exclude, outcome=outcome)
+        record_cli_scan(result, root, config={"source": source, **config.to_dict()}, outcome=outcome)
+    if check:
+        raise typer.Exit(_check_code(result))
+
+
+def _check_code(result) -> int:
+    if result.files:
+        return EXIT_REWRITE_AVAILABLE
+    if any(d.severity == "error" for d in result.diagnostics):
+        return EXIT_UNSCANNABLE
+    return EXIT_OK
+
+
+class HistoryFormat(StrEnum):
+    text = "text"
+    json = "json"
+
+
+def _complete_state(incomplete: str) -> list[str]:
+    from app.db.models import ScanState
+
+    return [s.value for s in ScanState if s.value.startswith(incomplete)]
 
 
 @app.command()
 def history(
     limit: int = typer.Option(20, "--limit", min=1, max=100, help="Scans per page."),
     page: int = typer.Option(1, "--page", min=1),
-    state: str | None = typer.Option(None, "--state", help="Only scans in this state."),
+    state: str | None = typer.Option(None, "--state", help="Only scans in this state (queued, cloning, scanning, "
+                                     "verifying, benchmarking, publishing, done, failed, skipped).",
+                                     autocompletion=_complete_state),
     rule: str | None = typer.Option(None, "--rule", help="Only scans with a finding of this rule."),
     repository: str | None = typer.Option(None, "--repo", help="Only scans of this folder."),
+    fmt: HistoryFormat = typer.Option(HistoryFormat.text, "--format", help="text or json."),
 ) -> None:
     """List the scans recorded in the local history (newest first)."""
-    from app.cli_history import print_history
+    from app.cli_history import print_history, scan_states
 
-    print_history(limit=limit, page=page, state=state, rule=rule, repository=repository)
+    if state is not None and state not in scan_states():
+        _fail(f"--state: {state!r} is not a scan state; valid states: {', '.join(scan_states())}")
+    print_history(limit=limit, page=page, state=state, rule=rule, repository=repository, as_json=fmt is HistoryFormat.json)
 
 
 @app.command()

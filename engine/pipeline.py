@@ -161,14 +161,16 @@ def verify_and_bench(result: ScanResult, root: Path | str | None = None, *, veri
                      device: str = "cpu", dtype: str = "float32", min_gain: float | None = None,
                      verify_config=None, bench_config=None, bench_shape: dict | None = None,
                      repeats: int | None = None, warmup: int | None = None, threads: int | None = None,
-                     targets=None, bench_target=None, log: Callable[[str], None] | None = None) -> dict:
+                     targets=None, bench_target=None, log: Callable[[str], None] | None = None,
+                     progress=None) -> dict:
     """Verify and benchmark the scan's rewrites; see the module docstring.
 
     ``verify_config``/``bench_config`` (``VerifyConfig``/``BenchConfig``) override the defaults built
     from ``dtype``, ``device``, ``bench_shape``, ``repeats``, ``warmup`` and ``threads``. ``targets``
     overrides what is built (default: the harness in ``.adopter.yml``, else Hugging Face model
     classes); ``bench_target`` what is benchmarked (default: the first of ``targets``, else the
-    first discovered). ``log`` receives progress lines.
+    first discovered). ``log`` receives progress lines; ``progress`` (``engine.progress.Progress``)
+    is told the stages and their steps (verification checks, benchmark rounds).
     """
     from engine.report import Benchmark, Verification, decide
 
@@ -196,8 +198,11 @@ def verify_and_bench(result: ScanResult, root: Path | str | None = None, *, veri
         say(f"verifying {len(groups)} rewrite(s) on their own"
             + (" and together" if len(groups) > 1 else "") + " (each side in a sandboxed child process)")
         candidates = [Candidate(g.id, {g.file: g.text}) for g in groups]
+        if progress is not None:  # each on its own, then together (more checks if that fails)
+            progress.stage("verify", len(candidates) + (len(candidates) > 1))
+        watch = {"on_check": progress.step} if progress is not None else {}
         verification = verify_candidates(base, candidates, targets, config=config,
-                                         combine=lambda ids: combined_files(result, groups, ids, base, rules))
+                                         combine=lambda ids: combined_files(result, groups, ids, base, rules), **watch)
         data = verification.to_dict()
         data["per_rewrite"] = {cid: _row(r) for cid, r in verification.per_rewrite.items()}
         data["combined"] = _row(verification.combined) if verification.combined else None
@@ -233,7 +238,10 @@ def verify_and_bench(result: ScanResult, root: Path | str | None = None, *, veri
         say(f"benchmarking the training step on {device} ({dtype}), original against rewritten")
         if bench_target is None and targets:
             bench_target = targets[0]
-        bench_result = run_bench(base, files, bench_target, config=bench_config)
+        if progress is not None:
+            progress.stage("bench", bench_config.repeats)
+        watch = {"on_round": lambda done, total: progress.step(f"round {done}/{total}")} if progress else {}
+        bench_result = run_bench(base, files, bench_target, config=bench_config, **watch)
         out["benchmark"] = bench_result.to_dict()
     elif bench:
         out["benchmark"] = {"status": "skipped", "message": "no rewrite passed verification"}

@@ -4,8 +4,9 @@ One run; the driver lists the rules that ran; one result per finding. A result's
 the distinct source positions of the matched nodes (together they cover every statement of the
 match; the first is the topmost), `relatedLocations` the call sites through which inlined helpers
 were reached. `properties.status` is the finding's status; near-misses carry `properties.reason`,
-guarded rewrites `properties.guard`. `partialFingerprints` identify a finding across commits by
-rule, file and the matched source text (not its line numbers).
+guarded rewrites `properties.guard`, findings suppressed by `# adopter: ignore` in the source SARIF's
+`suppressions`. `partialFingerprints` identify a finding across commits by rule, file and the
+matched source text (not its line numbers).
 """
 
 from __future__ import annotations
@@ -117,6 +118,8 @@ def _message(finding: Finding) -> str:
         return f"{text} (detected; this rule does not rewrite)"
     if finding.status == "already-fused":
         return f"{text} (not rewritten: {finding.reason})"
+    if finding.status == "suppressed":
+        return f"{text} (suppressed in the source: {finding.reason})"
     return text
 
 
@@ -182,6 +185,9 @@ def to_sarif(findings: Iterable[Finding], rules: Iterable[Rule], root: Path | st
             "partialFingerprints": {FINGERPRINT_KEY: f"{fingerprint}:{seen[fingerprint]}"},
             "properties": properties,
         }
+        if finding.status == "suppressed":  # `# adopter: ignore[...]` in the source
+            result["level"] = "note"
+            result["suppressions"] = [{"kind": "inSource", "justification": finding.reason or ""}]
         if finding.rule_id in index:
             result["ruleIndex"] = index[finding.rule_id]
         related = _distinct_positions(finding.related)

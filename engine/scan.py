@@ -15,6 +15,7 @@ from engine.match import Finding, find, load_rules
 from engine.match.fused import mark_already_fused
 from engine.match.rule import Rule
 from engine.repo_files import MAX_DEPTH, MAX_FILES, UnsafePath, read_inside, walk_files
+from engine.suppression import apply_suppressions
 from rules import RULES_DIR
 
 # Folders never scanned (virtual environments, VCS, build output); hidden folders neither.
@@ -83,9 +84,10 @@ def _included(rel: str, include: list[str] | None, exclude: list[str] | None) ->
 
 def _find(fm: FileModel, text: str, rules: list[Rule]) -> list[Finding]:
     """The rules' findings in one extracted file, fallbacks of a fused path beside them marked
-    `already-fused` (never rewritten)."""
+    `already-fused` (never rewritten), and those the source suppresses marked `suppressed`."""
     findings = find([fm], rules)
     mark_already_fused(text, fm.module, findings, {r.id: r.kernel for r in rules if r.kernel})
+    apply_suppressions(findings, text)
     return findings
 
 

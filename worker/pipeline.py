@@ -39,6 +39,7 @@ from worker import engine_adapter, github_client
 from worker.build_messages import RUN_BUILDS, BuildJob, BuildReport, ChangeJob, ticket
 from worker.celery_app import celery_app
 from worker.clone import shallow_clone, tree_size
+from worker.code_scanning import upload_sarif
 from worker.pr_body import title_for
 from worker.publish import Proposal, digest_files, publish
 from worker.repo_config import ConfigError, RepoConfig, load_config
@@ -119,11 +120,12 @@ def clone_stage(session: Session, scan_id: int) -> bool:
 
     try:
         config, source = load_config(result.path)
+        config.selected_rules(source)  # unknown rule ids in rules/disable are a configuration error
     except ConfigError as exc:
         report_config_error(repository, scan.head_sha, exc)
         finish(session, scan_id, S.failed, f"invalid configuration: {exc}")
         return False
-    scan.config = {"source": source, **config.model_dump()}
+    scan.config = {"source": source, **config.to_dict()}
     session.commit()
     return transition(session, scan_id, [S.cloning], S.scanning)
 
@@ -196,10 +198,11 @@ def group_rewrites(root: Path, output: engine_adapter.ScanOutput, config: RepoCo
 
 def scan_stage(session: Session, scan_id: int) -> bool:
     scan = session.get(Scan, scan_id)
-    config = RepoConfig.model_validate({k: v for k, v in (scan.config or {}).items() if k != "source"})
+    config = _scan_config(scan)
     root = checkout(session, scan)
-    output = engine_adapter.scan(root, rules=config.rules, include=config.paths.include,
-                                 exclude=config.paths.exclude)
+    # the rules less the disabled ones, as the command line selects them (engine.config)
+    rules = ",".join(rule.id for rule in config.selected_rules(scan.config.get("source") if scan.config else None))
+    output = engine_adapter.scan(root, rules=rules, include=config.paths.include, exclude=config.paths.exclude)
     # A rerun replaces what an interrupted run stored.
     session.execute(delete(Finding).where(Finding.scan_id == scan_id))
     session.execute(delete(ChangeSet).where(ChangeSet.scan_id == scan_id))
@@ -240,6 +243,11 @@ def ignored_outcome(session: Session, repository_id: int, identity: str, code_di
         return f"not published: ignored ({ignored.reason}); waits for the code it touched to change"
     session.delete(ignored)
     return None
+
+
+def _scan_config(scan: Scan) -> RepoConfig:
+    """The configuration a scan ran with (stored with the scan; `source` names the file it came from)."""
+    return RepoConfig.from_dict({k: v for k, v in (scan.config or {}).items() if k != "source"})
 
 
 # --- verify + bench ------------------------------------------------------------------------------
@@ -308,7 +316,7 @@ def record_results_stage(session: Session, report: BuildReport) -> bool:
 
 def _decide(session: Session, scan: Scan) -> bool:
     """Every measured change set worth publishing goes on; True when one does."""
-    config = RepoConfig.model_validate({k: v for k, v in (scan.config or {}).items() if k != "source"})
+    config = _scan_config(scan)
     pending = [c for c in scan.change_sets if c.outcome is None]
     for change in pending:
         session.refresh(change)
@@ -362,7 +370,7 @@ def publish_stage(session: Session, scan_id: int) -> bool:
         if scan.state != S.publishing:  # another copy of this task got here first
             return False
         repository = session.get(Repository, repository_id)
-        config = RepoConfig.model_validate({k: v for k, v in (scan.config or {}).items() if k != "source"})
+        config = _scan_config(scan)
         gh_repo = github_client.client_for(repository.installation_id).get_repo(repository.full_name)
         outcomes = []
         for change in scan.change_sets:
@@ -375,6 +383,9 @@ def publish_stage(session: Session, scan_id: int) -> bool:
                                   else f"published #{published.number} ({published.outcome})")
             outcomes.append(f"{change.identity}: {change.outcome}")
             session.commit()
+        scanning = upload_sarif(gh_repo, repository.installation, repository, scan)
+        if scanning is not None:
+            outcomes.append(scanning)
         return transition(session, scan_id, [S.publishing], S.done, "; ".join(outcomes))
 
 

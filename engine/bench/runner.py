@@ -184,12 +184,14 @@ def _timed(worker: _Worker, steps: int) -> float:
 
 
 def bench(original_root: Path, rewritten: dict[str, str] | Path, target: Target | None = None, *,
-          config: BenchConfig | None = None, rewritten_target: Target | None = None) -> BenchResult:
+          config: BenchConfig | None = None, rewritten_target: Target | None = None,
+          on_round=None) -> BenchResult:
     """Time the training step of the original and the rewritten model; measure their peak memory.
 
     ``rewritten_target`` makes the rewritten side build another target from the same tree (it must
     load the original's state dict), e.g. the same Hugging Face class with another config setting:
-    ``benchmarks/speedup_panel.py`` measures a library's own ``attn_implementation="sdpa"`` that way."""
+    ``benchmarks/speedup_panel.py`` measures a library's own ``attn_implementation="sdpa"`` that way.
+    ``on_round(done, total)`` is called after each interleaved round (a progress display)."""
     config = config or BenchConfig()
     started = time.monotonic()
     root = Path(original_root).resolve()
@@ -235,6 +237,8 @@ def bench(original_root: Path, rewritten: dict[str, str] | Path, target: Target 
             result.baseline_times_s.append(times["original"])
             result.optimized_times_s.append(times["rewritten"])
             result.pair_ratios.append(times["original"] / times["rewritten"])
+            if on_round is not None:
+                on_round(round_index + 1, config.repeats)
         if result.baseline_times_s:
             result.baseline_step_s = statistics.median(result.baseline_times_s)
             result.optimized_step_s = statistics.median(result.optimized_times_s)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from engine.dsl.ir import Cond, Const, FileModel, Node, Pos, Sym, Var
 from engine.match import constraints
 from engine.match.matcher import FileIndexes, Finding, Match, MethodIndex, match_method
+from engine.match.rewritten_form import in_rewritten_form
 from engine.match.rule import Rule
 
 
@@ -159,7 +160,7 @@ def _shape_check(use: Node, ix: MethodIndex):
     return final.pos
 
 
-def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding:
+def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding | None:
     rule = match.rule
     nodes = match.matched_nodes
     matched_ids = {id(n) for n in nodes}
@@ -252,8 +253,9 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding:
     if guards:
         finding.guard_text = _render_dnf(_simplify(guards))
         if any(c.taken and c.text == finding.guard_text for c in match.root.guard):
-            # this is the original code an earlier guarded rewrite kept under `if <guard>:`
-            return near_miss("the original code kept under the guard of a rewrite already made")
+            # this is the original code an earlier guarded rewrite kept under `if <guard>:`: the
+            # rewritten form itself, not a finding (a near-miss here flagged the tool's own edit)
+            return None
         if rule.detect_only:
             return finding
         if not rule.guard:
@@ -331,7 +333,8 @@ def _find_rule(rule: Rule, indexes: list[MethodIndex], near_misses: bool) -> lis
             # helper's own (fewer inlining steps)
             if previous is None or len(best.root.via) < len(previous[0].root.via):
                 chosen[key] = (best, ix, group)
-    results = [analyse(m, ix, group) for m, ix, group in chosen.values()]
+    # code already in the rule's rewritten form is no finding (analyse: None)
+    results = [analyse(m, ix, group) for m, ix, group in chosen.values() if not in_rewritten_form(m)]
     # structures that differ only in a constant, where nothing matched exactly: near-misses
     strict_positions = {p for key in chosen for p in key}  # (position, target) pairs
     relaxed_seen: set[frozenset] = set()
@@ -340,8 +343,9 @@ def _find_rule(rule: Rule, indexes: list[MethodIndex], near_misses: bool) -> lis
         if key in relaxed_seen or key & strict_positions:
             continue
         relaxed_seen.add(key)
-        results.append(analyse(m, ix, [m]))
-    results = _drop_contained(results)
+        if not in_rewritten_form(m):
+            results.append(analyse(m, ix, [m]))
+    results = _drop_contained([f for f in results if f is not None])
     results.sort(key=lambda f: (f.file, f.line, f.rule_id))
     return results
 

@@ -31,6 +31,7 @@ def _span(finding: Finding) -> tuple[int, int]:
 def apply_findings(text: str, findings: list[Finding]) -> str:
     from engine.extract import extract_source
     from engine.match import find
+    from engine.suppression import apply_suppressions
 
     todo = [f for f in findings if f.status in REWRITABLE and f.match is not None]
     if not todo:
@@ -65,6 +66,7 @@ def apply_findings(text: str, findings: list[Finding]) -> str:
             break
         fm = extract_source(text, file.path, file.module)
         current = find([fm], rules, near_misses=False)
+        apply_suppressions(current, text)  # matched again: `# adopter: ignore` still holds
     if text != original:
         imports = [line for rule in applied_rules.values() for line in rule.imports]  # type: ignore[attr-defined]
         text = add_imports(text, list(dict.fromkeys(imports)))

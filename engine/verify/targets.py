@@ -12,14 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Union
 
-import yaml
+from engine.config import CONFIG_FILES, ConfigError, load_config  # noqa: F401 - re-exported
 
-CONFIG_FILES = (".adopter.yml", ".adopter.yaml", ".github/adopter.yml", ".github/adopter.yaml")
 DEFAULT_SHAPES = ({"batch_size": 2, "seq_len": 16}, {"batch_size": 1, "seq_len": 7})
-
-
-class ConfigError(ValueError):
-    """The repository's config file is malformed."""
 
 
 @dataclass(frozen=True)
@@ -67,18 +62,12 @@ Target = Union[HarnessTarget, HFTarget]
 
 
 def load_repo_config(root: Path) -> tuple[Path | None, dict]:
-    """The first config file found under ``root`` and its contents (``(None, {})`` if none)."""
-    for name in CONFIG_FILES:
-        path = root / name
-        if path.is_file():
-            try:
-                data = yaml.safe_load(path.read_text()) or {}
-            except yaml.YAMLError as exc:
-                raise ConfigError(f"{name}: not valid YAML: {exc}") from exc
-            if not isinstance(data, dict):
-                raise ConfigError(f"{name}: expected a mapping at the top level")
-            return path, data
-    return None, {}
+    """The first config file found under ``root`` and its settings (``(None, {})`` if none), read
+    and validated by ``engine.config`` (the reader the command line and the App share)."""
+    config, source = load_config(root)
+    if source is None:
+        return None, {}
+    return root / source, config.to_dict()
 
 
 def _shape_list(value, where: str) -> tuple[dict, ...]:

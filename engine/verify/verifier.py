@@ -241,7 +241,7 @@ class Verifier:
         result.duration_s = time.monotonic() - started
         return result
 
-    def candidates(self, candidates: list[Candidate], combine=None) -> CandidatesResult:
+    def candidates(self, candidates: list[Candidate], combine=None, on_check=None) -> CandidatesResult:
         """Verify each candidate on its own, drop the failures, then verify the survivors together.
 
         When the combination fails (two rewrites interact) or two candidates' edits conflict, the
@@ -251,9 +251,18 @@ class Verifier:
         ``combine(ids) -> {path: text}`` builds the rewrite holding several candidates (the scan
         re-synthesizes it with just those rules, which is exact where a line merge of separately
         rewritten texts may conflict, e.g. two rules adding imports at the same place); it may raise
-        ``MergeConflict``. By default the candidates' texts are merged line by line.
+        ``MergeConflict``. By default the candidates' texts are merged line by line. ``on_check(label)``
+        is called as each check finishes (a progress display).
         """
         root = self.root
+        checked = self.check
+
+        def check(overlay, label: str):
+            outcome = checked(overlay)
+            if on_check is not None:
+                on_check(label)
+            return outcome
+
         overlays = {c.id: overlay_from(root, c.files) for c in candidates}
 
         def merged_overlay(ids: list[str]) -> dict[str, str]:
@@ -261,7 +270,7 @@ class Verifier:
                 return overlay_from(root, combine(list(ids)))
             return merge_overlays(root, [overlays[cid] for cid in ids])
 
-        per = {c.id: self.check(overlays[c.id]) for c in candidates}
+        per = {c.id: check(overlays[c.id], c.id) for c in candidates}
         dropped = {cid: f"{r.status}: {r.message}" for cid, r in per.items() if not r.passed}
         passing = [c.id for c in candidates if per[c.id].passed]
         if not passing:
@@ -270,7 +279,7 @@ class Verifier:
             return CandidatesResult(per, passing, dropped, per[passing[0]], overlays[passing[0]])
         try:
             merged = merged_overlay(passing)
-            together = self.check(merged)
+            together = check(merged, "together")
             if together.passed:
                 return CandidatesResult(per, passing, dropped, together, merged)
         except MergeConflict:
@@ -283,7 +292,7 @@ class Verifier:
             except MergeConflict as exc:
                 dropped[cid] = f"conflict: {exc}"
                 continue
-            outcome = self.check(trial)
+            outcome = check(trial, f"{cid} with {', '.join(accepted)}")
             if outcome.passed:
                 accepted.append(cid)
                 combined, combined_files = outcome, trial
@@ -348,8 +357,8 @@ def verify(original_root: Path, rewritten: dict[str, str] | Path, targets: list[
 
 
 def verify_candidates(original_root: Path, candidates: list[Candidate], targets: list[Target] | None = None, *,
-                      config: VerifyConfig | None = None, combine=None) -> CandidatesResult:
+                      config: VerifyConfig | None = None, combine=None, on_check=None) -> CandidatesResult:
     """Verify each candidate on its own, drop the failures, then verify the survivors together
     (see ``Verifier.candidates``)."""
     with Verifier(original_root, targets, config=config) as verifier:
-        return verifier.candidates(candidates, combine=combine)
+        return verifier.candidates(candidates, combine=combine, on_check=on_check)

@@ -71,6 +71,7 @@ class FakeRepo:
     pulls: list[dict] = field(default_factory=list)
     issue_comments: list[dict] = field(default_factory=list)
     commit_comments: list[dict] = field(default_factory=list)
+    sarif_uploads: list[dict] = field(default_factory=list)  # decoded SARIF logs posted to code scanning
 
     @property
     def full_name(self) -> str:
@@ -809,3 +810,43 @@ ROUTES = [
     (_R + r"/issues/comments/(\d+)/reactions", "POST", "create_reaction"),
     (_R + r"/commits/([0-9a-f]{40})/comments", "POST", "create_commit_comment"),
 ]
+
+
+# --- code scanning: SARIF uploads (POST /repos/{owner}/{repo}/code-scanning/sarifs) ----------------
+# As GitHub's OpenAPI describes code-scanning/upload-sarif: commit_sha (40 hex), a full ref, and the
+# SARIF log gzip-compressed then base64-encoded; 202 with the receipt. An installation without the
+# `security_events: write` permission (``fake.installations[id]["permissions"]``) gets GitHub's 403.
+
+
+SARIF_MAX_GZIP_BYTES = 10 * 1024 * 1024  # GitHub's limit on the compressed upload
+
+
+def _upload_sarif(self, owner, name):
+    import gzip
+
+    fake, repo = self.fake, self._repo(owner, name)
+    permissions = fake.installations.get(repo.installation_id, {}).get("permissions", {})
+    if permissions.get("security_events") != "write":
+        raise HttpError(403, "Resource not accessible by integration")
+    body = _json_body(self)
+    if not re.fullmatch(r"[0-9a-f]{40}", str(body.get("commit_sha", ""))):
+        raise HttpError(400, "Invalid request: commit_sha must be a 40-character SHA")
+    if not re.fullmatch(r"refs/(heads|tags|pull)/.+", str(body.get("ref", ""))):
+        raise HttpError(400, "Invalid request: ref must be a full Git reference")
+    try:
+        compressed = base64.b64decode(body.get("sarif", ""), validate=True)
+        if len(compressed) > SARIF_MAX_GZIP_BYTES:
+            raise HttpError(413, "Payload Too Large: the compressed SARIF file is over 10 MB")
+        log = json.loads(gzip.decompress(compressed))
+    except (ValueError, OSError, EOFError):
+        raise HttpError(400, "Invalid request: sarif must be gzip-compressed and base64-encoded") from None
+    if not isinstance(log, dict) or log.get("version") != "2.1.0" or not isinstance(log.get("runs"), list):
+        raise HttpError(400, "Invalid request: not a SARIF 2.1.0 log")
+    upload_id = f"{secrets.token_hex(4)}-{secrets.token_hex(2)}-{fake.next_id()}"
+    repo.sarif_uploads.append({"id": upload_id, "commit_sha": body["commit_sha"], "ref": body["ref"],
+                               "tool_name": body.get("tool_name"), "sarif": log})
+    return 202, {"id": upload_id, "url": f"{fake.api}/repos/{repo.full_name}/code-scanning/sarifs/{upload_id}"}
+
+
+_Handler.upload_sarif = _upload_sarif
+ROUTES.append((_R + r"/code-scanning/sarifs", "POST", "upload_sarif"))

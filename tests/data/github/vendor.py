@@ -57,6 +57,7 @@ OPERATIONS = {
     "reactions/create-for-issue-comment": "201",
     "repos/create-commit-comment": "201",
     "repos/get-collaborator-permission-level": "200",
+    "code-scanning/upload-sarif": "202",
 }
 
 
