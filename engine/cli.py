@@ -134,7 +134,10 @@ def scan(
     dtype: DType = typer.Option(DType.float32, "--dtype", help="Benchmark (and verification) dtype."),
     bench_shape: str | None = typer.Option(None, "--bench-shape", help="Benchmark build() arguments, e.g. "
                                            "batch_size=2,seq_len=512 (default: the harness's bench shape)."),
-    repeats: int | None = typer.Option(None, "--repeats", min=1, help="Interleaved benchmark rounds (default 10)."),
+    repeats: int | None = typer.Option(None, "--repeats", min=1, help="The fewest interleaved benchmark rounds "
+                                       "(default 10); more run until the speedup's 95% interval is within +/- 5%."),
+    bench_budget: float | None = typer.Option(None, "--bench-budget", min=1.0, help="Seconds for the benchmark "
+                                              "rounds before the interval is reported as it stands (default 180)."),
     min_gain: float | None = typer.Option(None, "--min-gain", min=0.0, help="Minimum speed or memory gain for a "
                                           "pull request: 0.05 or 1.05 (default: .adopter.yml's min_gain, else 5%)."),
     report: Path | None = typer.Option(None, "--report", help="Write the pull request body (Markdown) here."),
@@ -171,7 +174,7 @@ def scan(
 
         shape = _parse_shape(bench_shape) if bench_shape else None
         outcome = verify_and_bench(result, root, verify=verify, bench=bench, device=device.value, dtype=dtype.value,
-                                   min_gain=min_gain, bench_shape=shape, repeats=repeats,
+                                   min_gain=min_gain, bench_shape=shape, repeats=repeats, bench_budget_s=bench_budget,
                                    log=lambda line: typer.secho(line, err=True))
         if verify:  # the patch holds only the rewrites that passed
             result = replace(result, files=outcome["files"],

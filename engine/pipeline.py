@@ -161,11 +161,13 @@ def verify_and_bench(result: ScanResult, root: Path | str | None = None, *, veri
                      device: str = "cpu", dtype: str = "float32", min_gain: float | None = None,
                      verify_config=None, bench_config=None, bench_shape: dict | None = None,
                      repeats: int | None = None, warmup: int | None = None, threads: int | None = None,
+                     bench_budget_s: float | None = None,
                      targets=None, bench_target=None, log: Callable[[str], None] | None = None) -> dict:
     """Verify and benchmark the scan's rewrites; see the module docstring.
 
     ``verify_config``/``bench_config`` (``VerifyConfig``/``BenchConfig``) override the defaults built
-    from ``dtype``, ``device``, ``bench_shape``, ``repeats``, ``warmup`` and ``threads``. ``targets``
+    from ``dtype``, ``device``, ``bench_shape``, ``repeats`` (the fewest rounds), ``bench_budget_s`` (time
+    for the rounds), ``warmup`` and ``threads``. ``targets``
     overrides what is built (default: the harness in ``.adopter.yml``, else Hugging Face model
     classes); ``bench_target`` what is benchmarked (default: the first of ``targets``, else the
     first discovered). ``log`` receives progress lines.
@@ -229,6 +231,8 @@ def verify_and_bench(result: ScanResult, root: Path | str | None = None, *, veri
                 kwargs["repeats"] = repeats
             if warmup is not None:
                 kwargs["warmup"] = warmup
+            if bench_budget_s is not None:
+                kwargs["budget_s"] = bench_budget_s
             bench_config = BenchConfig(**kwargs)
         say(f"benchmarking the training step on {device} ({dtype}), original against rewritten")
         if bench_target is None and targets:
@@ -298,8 +302,12 @@ def summary_lines(outcome: dict) -> list[str]:
             if b.get("baseline_peak_bytes") is not None and b.get("optimized_peak_bytes") is not None:
                 mem = (f"; peak memory {b['baseline_peak_bytes'] / 2**20:.1f} -> {b['optimized_peak_bytes'] / 2**20:.1f} MiB"
                        + (f" ({b['memory_reduction']:+.1%} saved)" if b.get("memory_reduction") is not None else ""))
+            speed = b["speedup"] or {}
+            ci = speed.get("ci95")
+            interval = f", 95% CI {ci[0]:.2f}x-{ci[1]:.2f}x" if ci else ", not bounded"
             lines.append(f"bench {b['device']} {b['dtype']} {b.get('shape')}: step {b['baseline_step_s'] * 1000:.1f} -> "
-                         f"{b['optimized_step_s'] * 1000:.1f} ms ({b['speedup']:.2f}x){mem}")
+                         f"{b['optimized_step_s'] * 1000:.1f} ms ({speed.get('median', 0):.2f}x{interval}, "
+                         f"{b.get('verdict')}, {b.get('repeats')} rounds, stopped: {b.get('stopped')}){mem}")
         else:
             lines.append(f"bench: {b.get('status')}: {str(b.get('message', ''))[:300]}")
     d = outcome.get("decision")

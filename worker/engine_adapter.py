@@ -114,6 +114,7 @@ def verify(root: Path, files: dict[str, str]) -> Verification:
 def bench(root: Path, files: dict[str, str]) -> Benchmark:
     """``engine.bench.bench``: training-step time and peak memory, original against rewritten,
     on this worker's device (ADOPTER_BENCH_DEVICE)."""
+    from engine.bench.stats import point
     settings = get_settings()
     benchmark = _load(settings.engine_bench)
     config = None
@@ -133,7 +134,7 @@ def bench(root: Path, files: dict[str, str]) -> Benchmark:
         device=device,
         before_s=_get(outcome, "baseline_step_s"),
         after_s=_get(outcome, "optimized_step_s"),
-        speedup=_get(outcome, "speedup") if ok else None,
+        speedup=point(_get(outcome, "speedup")) if ok else None,  # the median; the interval stays in details
         peak_mem_before=_get(outcome, "baseline_peak_bytes"),
         peak_mem_after=_get(outcome, "optimized_peak_bytes"),
         versions=dict(_get(outcome, "versions", {}) or {}),
