@@ -38,6 +38,10 @@ class Settings(BaseSettings):
     webhook_max_body_bytes: int = Field(default=25 * 1024 * 1024, gt=0)
     # The word that starts a command in a pull request comment.
     bot_mention: str = "@adopter"
+    # Where this App's dashboard is published (https://adopter.example.com): pull requests link to
+    # their scan's page there. None: the dashboard is not public, and pull requests do not link to it.
+    # (Links to the documentation follow ADOPTER_DOCS_URL, read by engine.report.links.)
+    dashboard_url: str | None = None
 
     # Where workers clone repositories; each scan gets its own folder, removed when the scan ends.
     work_dir: Path = Path(".adopter/work")
