@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 
@@ -149,6 +150,12 @@ def scan(
     root = Path(path)
     if not root.exists():
         _fail(f"{path} does not exist")
+    started_at = datetime.now(UTC)
+    # How this scan runs, as the history and the pull request body record it.
+    options = {"rules": rules_spec, "include": include or None, "exclude": exclude or None, "verify": verify,
+               "bench": bench, "device": device.value, "dtype": dtype.value, "bench_shape": bench_shape,
+               "repeats": repeats, "bench_budget_s": bench_budget, "min_gain": min_gain, "apply": apply}
+    options = {k: v for k, v in options.items() if v is not None}
     progress = None
     if sys.stderr.isatty():
         from rich.progress import Progress
@@ -182,7 +189,7 @@ def scan(
         if report is not None:
             flags = " --verify" * verify + " --bench" * bench + f" --device {device.value} --dtype {dtype.value}"
             report.write_text(report_markdown(result, outcome, reproduce=f"adopter scan {path}{flags}",
-                                              min_gain=min_gain))
+                                              min_gain=min_gain, config=options))
     text = _render(result, fmt, root, outcome)
     if output is not None:
         output.write_text(text)
@@ -198,7 +205,8 @@ def scan(
     if not no_history:
         from app.cli_history import record_cli_scan
 
-        record_cli_scan(result, root, rules=rules_spec, include=include, exclude=exclude, outcome=outcome)
+        record_cli_scan(result, root, rules=rules_spec, include=include, exclude=exclude, outcome=outcome,
+                        started_at=started_at, options=options)
 
 
 @app.command()

@@ -19,6 +19,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 
@@ -157,6 +158,10 @@ def _row(result) -> dict:
                                                                   "cases": data["cases"]}
 
 
+def _now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
 def verify_and_bench(result: ScanResult, root: Path | str | None = None, *, verify: bool = True, bench: bool = False,
                      device: str = "cpu", dtype: str = "float32", min_gain: float | None = None,
                      verify_config=None, bench_config=None, bench_shape: dict | None = None,
@@ -178,7 +183,8 @@ def verify_and_bench(result: ScanResult, root: Path | str | None = None, *, veri
     base = _base(result, root)
     started = time.monotonic()
     out: dict = {"root": str(base), "environment": environment(device, dtype), "rewrites": [], "notes": [],
-                 "verification": None, "benchmark": None, "decision": None, "files": {}}
+                 "verification": None, "benchmark": None, "decision": None, "files": {},
+                 "timeline": {}}  # stage -> when it began (UTC, ISO 8601), for the history's timeline
     rules = {r.id: r for r in select_rules("all")}  # loaded once: every candidate uses the same rules
     groups, notes = rewrite_groups(result, base, rules)
     out["rewrites"] = [g.to_json() for g in groups]
@@ -195,6 +201,7 @@ def verify_and_bench(result: ScanResult, root: Path | str | None = None, *, veri
         from engine.verify import Candidate, VerifyConfig, verify_candidates
 
         config = verify_config or VerifyConfig(dtype=dtype, threads=threads)
+        out["timeline"]["verifying"] = _now()
         say(f"verifying {len(groups)} rewrite(s) on their own"
             + (" and together" if len(groups) > 1 else "") + " (each side in a sandboxed child process)")
         candidates = [Candidate(g.id, {g.file: g.text}) for g in groups]
@@ -235,6 +242,7 @@ def verify_and_bench(result: ScanResult, root: Path | str | None = None, *, veri
                 kwargs["budget_s"] = bench_budget_s
             bench_config = BenchConfig(**kwargs)
         say(f"benchmarking the training step on {device} ({dtype}), original against rewritten")
+        out["timeline"]["benchmarking"] = _now()
         if bench_target is None and targets:
             bench_target = targets[0]
         bench_result = run_bench(base, files, bench_target, config=bench_config)
@@ -259,8 +267,9 @@ def verify_and_bench(result: ScanResult, root: Path | str | None = None, *, veri
 
 
 def report_markdown(result: ScanResult, outcome: dict, *, repository: str | None = None,
-                    reproduce: str | None = None, min_gain: float | None = None) -> str:
-    """The pull request body for the scan and its verification and benchmark."""
+                    reproduce: str | None = None, min_gain: float | None = None, config: dict | None = None) -> str:
+    """The pull request body for the scan and its verification and benchmark; ``config``: the
+    options and settings the scan ran with."""
     from engine.report import Finding, render_pr_body
 
     dropped_ids = set((outcome.get("verification") or {}).get("dropped", {}))
@@ -278,6 +287,7 @@ def report_markdown(result: ScanResult, outcome: dict, *, repository: str | None
         "repository": repository or outcome.get("root"),
         "reproduce": reproduce,
         "min_gain": min_gain if min_gain is not None else decision.get("min_gain"),
+        "config": config,
     })
 
 
