@@ -54,6 +54,9 @@ class Settings(BaseSettings):
     bench_queue: Literal["gpu", "cpu"] = "cpu"
     # Device this worker benchmarks on: "cuda" on GPU workers (the ``gpu`` queue's consumers).
     bench_device: Literal["cpu", "cuda"] = "cpu"
+    # Seconds of interleaved benchmark rounds per change set before the speedup's interval is reported
+    # as wide as it is (rounds stop earlier once it is within +/- 5%).
+    bench_budget_s: float = Field(default=180.0, gt=0)
     # Seconds before an unacknowledged task (its worker died) is handed to another worker.
     # Must be longer than the longest task time limit.
     broker_visibility_timeout: int = 3600

@@ -121,7 +121,7 @@ def bench(root: Path, files: dict[str, str]) -> Benchmark:
     if settings.engine_bench == Settings.model_fields["engine_bench"].default:
         from engine.bench import BenchConfig
 
-        config = BenchConfig(device=settings.bench_device)
+        config = BenchConfig(device=settings.bench_device, budget_s=settings.bench_budget_s)
     outcome = benchmark(root, files, config=config)
     details = outcome.to_dict() if hasattr(outcome, "to_dict") else dict(outcome)
     ok = _get(outcome, "status") == "ok"

@@ -44,8 +44,10 @@ def decide(verification: Verification | None, bench: Benchmark | None, min_gain:
         return GainDecision(False, threshold, speed, memory, f"the benchmark did not complete ({why})")
     cleared = [name for name, gain in (("speed", speed), ("memory", memory)) if gain is not None and gain >= threshold]
     if cleared:
-        return GainDecision(True, threshold, speed, memory, f"the {' and '.join(cleared)} gain clears the minimum of {threshold:.0%} "
-                                                            "(the lower bound of its 95% interval)")
+        both = len(cleared) > 1
+        return GainDecision(True, threshold, speed, memory,
+                            f"the {' and '.join(cleared)} gain{'s clear' if both else ' clears'} the minimum of "
+                            f"{threshold:.0%} (the lower bound{'s' if both else ''} of the 95% interval{'s' if both else ''})")
     return GainDecision(False, threshold, speed, memory,
                         f"neither step time ({_pct(speed)}) nor peak memory ({_pct(memory)}) improved by the minimum of "
                         f"{threshold:.0%} (lower bounds of the 95% intervals)")
