@@ -234,6 +234,8 @@ def bench(original_root: Path, rewritten: dict[str, str] | Path, target: Target 
             baseline.request(op="steps", n=config.warmup)
             optimized.request(op="steps", n=config.warmup)
         rounds_started = time.monotonic()
+        # Never let the budget run into the whole benchmark's time limit: that would lose every round.
+        budget_s = min(config.budget_s, 0.9 * max(0.0, deadline - rounds_started))
         while True:
             order = (baseline, optimized) if len(result.pair_ratios) % 2 == 0 else (optimized, baseline)
             times = {worker.name: _timed(worker, config.steps_per_repeat) for worker in order}
@@ -242,7 +244,7 @@ def bench(original_root: Path, rewritten: dict[str, str] | Path, target: Target 
             result.pair_ratios.append(times["original"] / times["rewritten"])
             result.stopped = stop_reason(result.pair_ratios, time.monotonic() - rounds_started,
                                          min_rounds=config.repeats, max_rounds=config.max_repeats,
-                                         budget_s=config.budget_s, tolerance=config.ci_tolerance) or ""
+                                         budget_s=budget_s, tolerance=config.ci_tolerance) or ""
             if result.stopped:
                 break
         result.repeats = len(result.pair_ratios)
