@@ -112,9 +112,14 @@ def _git(root: Path, *args: str) -> str | None:
 
 def record_scan(result, root: Path | str, *, url: str | None = None, config: dict | None = None,
                 started_at: datetime | None = None, verification: dict | None = None,
-                benchmark: dict | None = None) -> int:
+                benchmark: dict | None = None, options: dict | None = None,
+                timeline: dict[str, str | datetime] | None = None) -> int:
     """Store one finished scan (its findings, patch, and any verification/benchmark figures);
-    return the scan's id in the history."""
+    return the scan's id in the history.
+
+    ``timeline`` gives the instant each stage began (state -> datetime or ISO string, as
+    ``engine.pipeline.verify_and_bench`` reports it); ``queued`` and ``scanning`` are ``started_at``,
+    ``done`` is now. ``options`` are how the scan was run (the command line's choices)."""
     root = Path(root).resolve()
     folder = root if root.is_dir() else root.parent
     now = datetime.now(UTC)
@@ -136,7 +141,8 @@ def record_scan(result, root: Path | str, *, url: str | None = None, config: dic
                                        default_branch=_git(folder, "rev-parse", "--abbrev-ref", "HEAD")))
                 session.flush()
             scan = Scan(repository_id=repo_id, trigger="cli", state="done", head_sha=_git(folder, "rev-parse", "HEAD"),
-                        branch=_git(folder, "rev-parse", "--abbrev-ref", "HEAD"), config=config, diff=diff or None,
+                        branch=_git(folder, "rev-parse", "--abbrev-ref", "HEAD"), config=config, options=options,
+                        diff=diff or None,
                         created_at=started_at, updated_at=now, finished_at=now,
                         reason=f"{report.get('files_scanned', 0)} file(s) scanned, "
                                f"{len(report.get('changed_files', []))} would change")
@@ -144,21 +150,24 @@ def record_scan(result, root: Path | str, *, url: str | None = None, config: dic
             session.flush()
             states = ["queued", "scanning"] + (["verifying"] if verification else []) + \
                 (["benchmarking"] if benchmark else []) + ["done"]
+            stamps = {"queued": started_at, "scanning": started_at, "done": now}
+            stamps.update({state: _instant(at) for state, at in (timeline or {}).items() if at})
             for state in states:
-                session.add(ScanEvent(scan_id=scan.id, state=state, at=now if state == "done" else started_at))
+                session.add(ScanEvent(scan_id=scan.id, state=state, at=stamps.get(state) or started_at))
             for f in report.get("findings", []):
                 reason = f.get("reason") or (f"original kept when: {f['guard']}" if f.get("guard") else None)
                 session.add(Finding(scan_id=scan.id, rule_id=f["rule"], status=f["status"], path=f["file"],
                                     line=f["line"], end_line=f.get("end_line"), message=f.get("message"),
                                     reason=reason))
-            if diff:
+            if diff or verification or benchmark:  # also when verification kept no rewrite: say what it found
                 rules = sorted({f["rule"] for f in report.get("findings", [])
                                 if f["status"] in ("rewritten", "guarded")})
                 originals = getattr(result, "originals", {}) or {}
                 digest = hashlib.sha256("".join(originals[k] for k in sorted(originals)).encode()).hexdigest()
                 change = ChangeSet(scan_id=scan.id, identity="adopter/" + "+".join(rules or ["patch"]),
-                                   rule_ids=rules, files=dict(getattr(result, "files", {}) or {}), diff=diff,
-                                   code_digest=digest, outcome="patch (local scan)")
+                                   rule_ids=rules, files=dict(getattr(result, "files", {}) or {}), diff=diff or "",
+                                   code_digest=digest,
+                                   outcome="patch (local scan)" if diff else "no rewrite kept: none passed verification")
                 session.add(change)
                 session.flush()
                 if verification or benchmark:
@@ -176,15 +185,35 @@ def _first(data: dict, *keys):
     return None
 
 
+def _instant(value: str | datetime) -> datetime:
+    return value if isinstance(value, datetime) else datetime.fromisoformat(value)
+
+
+def _largest_error(v: dict) -> float | None:
+    """The largest absolute error over what was kept: the accepted rewrites together when they were
+    checked together, else each kept (or, with none kept, each) rewrite on its own."""
+    top = _first(v, "max_abs_err", "max_abs_error")
+    if top is not None:
+        return top
+    if (v.get("combined") or {}).get("max_abs_err") is not None:
+        return v["combined"]["max_abs_err"]
+    rows = v.get("per_rewrite") or {}
+    kept = [rows[c] for c in v.get("accepted") or [] if c in rows] or list(rows.values())
+    errors = [r["max_abs_err"] for r in kept if isinstance(r, dict) and r.get("max_abs_err") is not None]
+    return max(errors) if errors else None
+
+
 def _result(change_set_id: int, v: dict, b: dict) -> Result:
     """The engine's verification and benchmark dicts (``engine.pipeline.verify_and_bench``) as a row."""
     measured = b.get("status", "ok") == "ok"
+    speed = b.get("speedup")
+    speed = speed.get("median") if isinstance(speed, dict) else speed  # {median, ci95}; older: a number
     return Result(
         change_set_id=change_set_id, verified=bool(_first(v, "passed", "ok", "verified")),
-        max_abs_error=_first(v, "max_abs_err", "max_abs_error"),
+        max_abs_error=_largest_error(v),
         device=_first(b, "device_name", "device") or v.get("device"),
         before_s=_first(b, "baseline_step_s", "before_s"), after_s=_first(b, "optimized_step_s", "after_s"),
-        speedup=b.get("speedup") if measured else None,
+        speedup=speed if measured else None,  # the median; its interval stays in details
         peak_mem_before=_first(b, "baseline_peak_bytes", "peak_mem_before"),
         peak_mem_after=_first(b, "optimized_peak_bytes", "peak_mem_after"),
         versions=b.get("versions") or {}, details={"verify": v, "bench": b})

@@ -67,6 +67,9 @@ class RunnerSettings(BaseSettings):
     bench_queue: Literal["gpu", "cpu"] = "cpu"
     # Device this worker benchmarks on: "cuda" on GPU workers (the ``gpu`` queue's consumers).
     bench_device: Literal["cpu", "cuda"] = "cpu"
+    # Seconds of interleaved benchmark rounds per change set before the speedup's interval is reported
+    # as wide as it is (rounds stop earlier once it is within +/- 5%).
+    bench_budget_s: float = Field(default=180.0, gt=0)
     # Seconds before an unacknowledged task (its worker died) is handed to another worker.
     # Must be longer than the longest task time limit.
     broker_visibility_timeout: int = 3600
@@ -103,6 +106,10 @@ class Settings(RunnerSettings):
     webhook_max_body_bytes: int = Field(default=25 * 1024 * 1024, gt=0)
     # The word that starts a command in a pull request comment.
     bot_mention: str = "@adopter"
+    # Where this App's dashboard is published (https://adopter.example.com): pull requests link to
+    # their scan's page there. None: the dashboard is not public, and pull requests do not link to it.
+    # (Links to the documentation follow ADOPTER_DOCS_URL, read by engine.report.links.)
+    dashboard_url: str | None = None
     max_repo_kib: int = 500 * 1024  # checked against the API's size before cloning
 
     @model_validator(mode="after")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 
@@ -174,7 +175,10 @@ def scan(
     dtype: DType = typer.Option(DType.float32, "--dtype", help="Benchmark (and verification) dtype."),
     bench_shape: str | None = typer.Option(None, "--bench-shape", help="Benchmark build() arguments, e.g. "
                                            "batch_size=2,seq_len=512 (default: the harness's bench shape)."),
-    repeats: int | None = typer.Option(None, "--repeats", min=1, help="Interleaved benchmark rounds (default 10)."),
+    repeats: int | None = typer.Option(None, "--repeats", min=1, help="The fewest interleaved benchmark rounds "
+                                       "(default 10); more run until the speedup's 95% interval is within +/- 5%."),
+    bench_budget: float | None = typer.Option(None, "--bench-budget", min=1.0, help="Seconds for the benchmark "
+                                              "rounds before the interval is reported as it stands (default 180)."),
     min_gain: float | None = typer.Option(None, "--min-gain", min=0.0, help="Minimum speed or memory gain for a "
                                           "pull request: 0.05 or 1.05 (default: .adopter.yml's min_gain, else 5%)."),
     report: Path | None = typer.Option(None, "--report", help="Write the pull request body (Markdown) here."),
@@ -191,6 +195,12 @@ def scan(
     if not root.exists():
         _fail(f"{path} does not exist")
     base = root if root.is_dir() else root.parent
+    started_at = datetime.now(UTC)
+    # How this scan runs, as the history and the pull request body record it.
+    options = {"rules": rules_spec, "include": include or None, "exclude": exclude or None, "verify": verify,
+               "bench": bench, "device": device.value, "dtype": dtype.value, "bench_shape": bench_shape,
+               "repeats": repeats, "bench_budget_s": bench_budget, "min_gain": min_gain, "apply": apply}
+    options = {k: v for k, v in options.items() if v is not None}
     try:
         file_config, source = load_config(base)
         config = file_config.overridden(rules=rules_spec, include=include, exclude=exclude, min_gain=min_gain)
@@ -220,7 +230,8 @@ def scan(
         try:
             outcome = verify_and_bench(result, root, verify=verify, bench=bench, device=device.value,
                                        dtype=dtype.value, min_gain=config.min_gain, bench_shape=shape,
-                                       repeats=repeats, log=lambda line: _say(line), progress=stages)
+                                       repeats=repeats, bench_budget_s=bench_budget, log=lambda line: _say(line),
+                                       progress=stages)
         finally:
             stages.close()
         if verify:  # the patch holds only the rewrites that passed
@@ -229,7 +240,8 @@ def scan(
         if report is not None:
             flags = " --verify" * verify + " --bench" * bench + f" --device {device.value} --dtype {dtype.value}"
             report.write_text(report_markdown(result, outcome, reproduce=f"adopter scan {path}{flags}",
-                                              min_gain=config.min_gain))
+                                              min_gain=config.min_gain,
+                                              config={"source": source, **config.to_dict()}))
     text = _render(result, fmt, root, outcome)
     if output is not None:
         output.write_text(text)
@@ -257,7 +269,8 @@ def scan(
     if not no_history:
         from app.cli_history import record_cli_scan
 
-        record_cli_scan(result, root, config={"source": source, **config.to_dict()}, outcome=outcome)
+        record_cli_scan(result, root, config={"source": source, **config.to_dict()}, outcome=outcome,
+                        started_at=started_at, options=options)
     if check:
         raise typer.Exit(_check_code(result))
 

@@ -19,6 +19,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 
@@ -157,16 +158,22 @@ def _row(result) -> dict:
                                                                   "cases": data["cases"]}
 
 
+def _now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
 def verify_and_bench(result: ScanResult, root: Path | str | None = None, *, verify: bool = True, bench: bool = False,
                      device: str = "cpu", dtype: str = "float32", min_gain: float | None = None,
                      verify_config=None, bench_config=None, bench_shape: dict | None = None,
                      repeats: int | None = None, warmup: int | None = None, threads: int | None = None,
+                     bench_budget_s: float | None = None,
                      targets=None, bench_target=None, log: Callable[[str], None] | None = None,
                      progress=None) -> dict:
     """Verify and benchmark the scan's rewrites; see the module docstring.
 
     ``verify_config``/``bench_config`` (``VerifyConfig``/``BenchConfig``) override the defaults built
-    from ``dtype``, ``device``, ``bench_shape``, ``repeats``, ``warmup`` and ``threads``. ``targets``
+    from ``dtype``, ``device``, ``bench_shape``, ``repeats`` (the fewest rounds), ``bench_budget_s`` (time
+    for the rounds), ``warmup`` and ``threads``. ``targets``
     overrides what is built (default: the harness in ``.adopter.yml``, else Hugging Face model
     classes); ``bench_target`` what is benchmarked (default: the first of ``targets``, else the
     first discovered). ``log`` receives progress lines; ``progress`` (``engine.progress.Progress``)
@@ -178,7 +185,8 @@ def verify_and_bench(result: ScanResult, root: Path | str | None = None, *, veri
     base = _base(result, root)
     started = time.monotonic()
     out: dict = {"root": str(base), "environment": environment(device, dtype), "rewrites": [], "notes": [],
-                 "verification": None, "benchmark": None, "decision": None, "files": {}}
+                 "verification": None, "benchmark": None, "decision": None, "files": {},
+                 "timeline": {}}  # stage -> when it began (UTC, ISO 8601), for the history's timeline
     rules = {r.id: r for r in select_rules("all")}  # loaded once: every candidate uses the same rules
     groups, notes = rewrite_groups(result, base, rules)
     out["rewrites"] = [g.to_json() for g in groups]
@@ -195,6 +203,7 @@ def verify_and_bench(result: ScanResult, root: Path | str | None = None, *, veri
         from engine.verify import Candidate, VerifyConfig, verify_candidates
 
         config = verify_config or VerifyConfig(dtype=dtype, threads=threads)
+        out["timeline"]["verifying"] = _now()
         say(f"verifying {len(groups)} rewrite(s) on their own"
             + (" and together" if len(groups) > 1 else "") + " (each side in a sandboxed child process)")
         candidates = [Candidate(g.id, {g.file: g.text}) for g in groups]
@@ -234,8 +243,11 @@ def verify_and_bench(result: ScanResult, root: Path | str | None = None, *, veri
                 kwargs["repeats"] = repeats
             if warmup is not None:
                 kwargs["warmup"] = warmup
+            if bench_budget_s is not None:
+                kwargs["budget_s"] = bench_budget_s
             bench_config = BenchConfig(**kwargs)
         say(f"benchmarking the training step on {device} ({dtype}), original against rewritten")
+        out["timeline"]["benchmarking"] = _now()
         if bench_target is None and targets:
             bench_target = targets[0]
         if progress is not None:
@@ -263,8 +275,9 @@ def verify_and_bench(result: ScanResult, root: Path | str | None = None, *, veri
 
 
 def report_markdown(result: ScanResult, outcome: dict, *, repository: str | None = None,
-                    reproduce: str | None = None, min_gain: float | None = None) -> str:
-    """The pull request body for the scan and its verification and benchmark."""
+                    reproduce: str | None = None, min_gain: float | None = None, config: dict | None = None) -> str:
+    """The pull request body for the scan and its verification and benchmark; ``config``: the
+    options and settings the scan ran with."""
     from engine.report import Finding, render_pr_body
 
     dropped_ids = set((outcome.get("verification") or {}).get("dropped", {}))
@@ -282,6 +295,7 @@ def report_markdown(result: ScanResult, outcome: dict, *, repository: str | None
         "repository": repository or outcome.get("root"),
         "reproduce": reproduce,
         "min_gain": min_gain if min_gain is not None else decision.get("min_gain"),
+        "config": config,
     })
 
 
@@ -306,8 +320,12 @@ def summary_lines(outcome: dict) -> list[str]:
             if b.get("baseline_peak_bytes") is not None and b.get("optimized_peak_bytes") is not None:
                 mem = (f"; peak memory {b['baseline_peak_bytes'] / 2**20:.1f} -> {b['optimized_peak_bytes'] / 2**20:.1f} MiB"
                        + (f" ({b['memory_reduction']:+.1%} saved)" if b.get("memory_reduction") is not None else ""))
+            speed = b["speedup"] or {}
+            ci = speed.get("ci95")
+            interval = f", 95% CI {ci[0]:.2f}x-{ci[1]:.2f}x" if ci else ", not bounded"
             lines.append(f"bench {b['device']} {b['dtype']} {b.get('shape')}: step {b['baseline_step_s'] * 1000:.1f} -> "
-                         f"{b['optimized_step_s'] * 1000:.1f} ms ({b['speedup']:.2f}x){mem}")
+                         f"{b['optimized_step_s'] * 1000:.1f} ms ({speed.get('median', 0):.2f}x{interval}, "
+                         f"{b.get('verdict')}, {b.get('repeats')} rounds, stopped: {b.get('stopped')}){mem}")
         else:
             lines.append(f"bench: {b.get('status')}: {str(b.get('message', ''))[:300]}")
     d = outcome.get("decision")

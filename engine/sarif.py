@@ -12,26 +12,22 @@ matched source text (not its line numbers).
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from engine.dsl.ir import Pos
 from engine.match.matcher import Finding
 from engine.match.rule import Rule
+from engine.report.links import adopter_version, rule_help_url
 
 SARIF_VERSION = "2.1.0"
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 ROOT_BASE_ID = "SRCROOT"
 FINGERPRINT_KEY = "adopterMatchHash/v1"
-RULES_DOC = "docs/rules.md"
 
 
 def tool_version() -> str:
-    try:
-        return importlib.metadata.version("adopter")
-    except importlib.metadata.PackageNotFoundError:  # running from a checkout that is not installed
-        return "0.0.0"
+    return adopter_version()
 
 
 class _Sources:
@@ -87,12 +83,12 @@ def _mode(rule: Rule) -> str:
     return "rewrite-guarded" if rule.guard else "rewrite"
 
 
-def _rule_descriptor(rule: Rule, help_base: str) -> dict:
+def _rule_descriptor(rule: Rule, help_base: str | None) -> dict:
     descriptor: dict = {
         "id": rule.id,
         "name": rule.id,
         "shortDescription": {"text": rule.summary},
-        "helpUri": f"{help_base}#{rule.id}",
+        "helpUri": rule_help_url(rule.id, help_base),
         "defaultConfiguration": {"level": "warning"},
         "properties": {
             "kernel": rule.kernel,
@@ -148,13 +144,14 @@ def _fingerprint(finding: Finding, rel: str, positions: list[Pos], sources: _Sou
 
 
 def to_sarif(findings: Iterable[Finding], rules: Iterable[Rule], root: Path | str, *,
-             sources: Mapping[str, str] | None = None, help_base: str = RULES_DOC) -> dict:
+             sources: Mapping[str, str] | None = None, help_base: str | None = None) -> dict:
     """The SARIF 2.1.0 log (a JSON-ready dict) of `findings` from a scan of `root` with `rules`.
 
     File paths in findings are relative to `root` (to its folder when `root` is a file), as
     `engine.scan.scan_path` reports them. `sources` (relative path -> text) supplies file texts
     instead of reading them under `root`; texts are used for code-point columns and fingerprints.
-    `help_base` is where rule pages live (`docs/rules.md`, or an absolute URL of it)."""
+    `help_base` is the documentation folder's absolute URL (default: `ADOPTER_DOCS_URL`, else the
+    published docs); each rule's `helpUri` is its section of `rules.md` there."""
     root = Path(root)
     base = root.parent if root.is_file() or root.suffix == ".py" else root
     reader = _Sources(base, sources)

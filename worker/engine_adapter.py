@@ -114,13 +114,14 @@ def verify(root: Path, files: dict[str, str]) -> Verification:
 def bench(root: Path, files: dict[str, str]) -> Benchmark:
     """``engine.bench.bench``: training-step time and peak memory, original against rewritten,
     on this worker's device (ADOPTER_BENCH_DEVICE)."""
+    from engine.bench.stats import point
     settings = get_runner_settings()
     benchmark = _load(settings.engine_bench)
     config = None
     if settings.engine_bench == RunnerSettings.model_fields["engine_bench"].default:
         from engine.bench import BenchConfig
 
-        config = BenchConfig(device=settings.bench_device)
+        config = BenchConfig(device=settings.bench_device, budget_s=settings.bench_budget_s)
     outcome = benchmark(root, files, config=config)
     details = outcome.to_dict() if hasattr(outcome, "to_dict") else dict(outcome)
     ok = _get(outcome, "status") == "ok"
@@ -133,7 +134,7 @@ def bench(root: Path, files: dict[str, str]) -> Benchmark:
         device=device,
         before_s=_get(outcome, "baseline_step_s"),
         after_s=_get(outcome, "optimized_step_s"),
-        speedup=_get(outcome, "speedup") if ok else None,
+        speedup=point(_get(outcome, "speedup")) if ok else None,  # the median; the interval stays in details
         peak_mem_before=_get(outcome, "baseline_peak_bytes"),
         peak_mem_after=_get(outcome, "optimized_peak_bytes"),
         versions=dict(_get(outcome, "versions", {}) or {}),

@@ -210,6 +210,11 @@ def scan_stage(session: Session, scan_id: int) -> bool:
         session.add(Finding(scan_id=scan_id, rule_id=f.rule_id, path=f.path, line=f.line, end_line=f.end_line,
                             status=f.status, reason=f.reason, message=f.message))
     scan.diff = output.diff
+    # How the App runs this scan (the repository's own file is ``scan.config``), shown on the dashboard.
+    scan.options = {"trigger": scan.trigger, "rules": config.rules, "include": config.paths.include,
+                    "exclude": config.paths.exclude, "verify": True, "bench": True,
+                    "device": get_settings().bench_device, "min_gain": config.min_gain,
+                    "force_recreate": scan.force_recreate}
     live = 0
     inputs = _inputs_digest(root)
     for rule_ids, files, diff in group_rewrites(root, output, config):
@@ -398,6 +403,12 @@ def _over_limit(session: Session, repository_id: int, identity: str, config: Rep
     return None
 
 
+def dashboard_scan_url(scan_id: int) -> str | None:
+    """The scan's page on the dashboard, when the App publishes one (ADOPTER_DASHBOARD_URL)."""
+    base = get_settings().dashboard_url
+    return f"{base.rstrip('/')}/scans/{scan_id}" if base else None
+
+
 def _proposal(scan: Scan, repository: Repository, change: ChangeSet, config: RepoConfig) -> Proposal:
     result = change.result
     sites = [f for f in scan.findings if f.status in APPLIED and f.rule_id in change.rule_ids
@@ -423,6 +434,9 @@ def _proposal(scan: Scan, repository: Repository, change: ChangeSet, config: Rep
         "rules": config.rules,
         "mention": get_settings().bot_mention,
         "scan_id": scan.id,
+        "config": {"repository": {k: v for k, v in (scan.config or {}).items() if k != "source"},
+                   "source": (scan.config or {}).get("source"), "options": scan.options},
+        "dashboard_url": dashboard_scan_url(scan.id),
     }
     return Proposal(identity=change.identity, branch=change.identity, base_branch=scan.branch,
                     base_sha=scan.head_sha,

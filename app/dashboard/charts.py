@@ -72,3 +72,18 @@ def line_chart(chart_id: str, title: str, points: list[tuple[datetime, float]],
                  f'<text class="tick" x="{WIDTH - PAD_RIGHT}" y="{HEIGHT - 6}" text-anchor="end">'
                  f"{points[-1][0]:%Y-%m-%d}</text></svg>")
     return Markup("".join(parts))
+
+
+def sparkline(values: list[int], label: str, width: int = 120, height: int = 24) -> Markup:
+    """A tiny inline SVG of ``values`` (oldest first) labelled for screen readers by ``label``."""
+    head = (f'<svg class="sparkline" viewBox="0 0 {width} {height}" width="{width}" height="{height}" role="img" '
+            f'aria-label="{escape(label)}">')
+    if not values:
+        return Markup(head + "</svg>")
+    top = max(max(values), 1)
+    step = (width - 4) / max(len(values) - 1, 1)
+    points = [(2 + i * step, height - 2 - (height - 4) * v / top) for i, v in enumerate(values)]
+    path = " ".join(f"{x:.1f},{y:.1f}" for x, y in points)
+    last_x, last_y = points[-1]
+    return Markup(head + f'<polyline points="{path}" class="spark-line"/>'
+                         f'<circle cx="{last_x:.1f}" cy="{last_y:.1f}" r="2.5" class="spark-dot"/></svg>')

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from app.dashboard import queries
 from app.dashboard.access import Viewer
-from app.dashboard.charts import line_chart
+from app.dashboard.charts import line_chart, sparkline
 from app.dashboard.deps import Pagination, db, page_filters, page_viewer, pagination
 from app.dashboard.diffview import render_diff
 from app.dashboard.links import https_url
@@ -57,7 +57,29 @@ def fmt_dt(v: datetime | None) -> str:
     return "–" if v is None else v.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def fmt_err(v: float | None) -> str:
+    return "–" if v is None else f"{v:.3g}"
+
+
+def fmt_duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, rest = divmod(int(round(seconds)), 60)
+    return f"{minutes} min {rest} s" if minutes < 60 else f"{minutes // 60} h {minutes % 60} min"
+
+
+def error_label(key: str) -> str:
+    """``max_abs_err`` -> "max abs error": an error measure's column heading, whatever its name."""
+    words = key.replace("_", " ").split()
+    return " ".join("error" if w in ("err", "error") else w for w in words)
+
+
+def slug(text: str) -> str:
+    return "".join(ch if ch.isalnum() else "-" for ch in str(text).lower()).strip("-")
+
+
 templates.filters.update(speedup=fmt_speedup, pct=fmt_pct, bytes=fmt_bytes, seconds=fmt_seconds, dt=fmt_dt,
+                         err=fmt_err, duration=fmt_duration, error_label=error_label, slug=slug,
                          https_url=https_url)
 
 
@@ -70,7 +92,7 @@ def render(request: Request, name: str, viewer: Viewer, **context) -> HTMLRespon
                 params.pop(k, None)
         return f"{request.url.path}?{urlencode(params)}" if params else request.url.path
 
-    html = templates.get_template(name).render(request=request, viewer=viewer, url_with=url_with,
+    html = templates.get_template(name).render(request=request, viewer=viewer, url_with=url_with, sparkline=sparkline,
                                                states=STATES, finding_statuses=FINDING_STATUSES, **context)
     return HTMLResponse(html)
 

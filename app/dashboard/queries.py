@@ -15,6 +15,7 @@ from sqlalchemy import Select, exists, func, select
 from sqlalchemy.orm import Session
 
 from app.dashboard.access import Viewer
+from app.dashboard.changes import finding_changes, rule_trends
 from app.dashboard.schemas import (
     ChangeSetOut,
     ChartPoint,
@@ -35,6 +36,7 @@ from app.dashboard.schemas import (
     TaskRunOut,
     Totals,
 )
+from app.dashboard.verification import benchmark_view, verification_view
 from app.db.models import (
     TERMINAL_STATES,
     ChangeSet,
@@ -211,7 +213,9 @@ def scan_detail(session: Session, viewer: Viewer, scan_id: int) -> ScanDetail | 
             verified=r.verified, max_abs_error=r.max_abs_error, device=r.device, before_s=r.before_s,
             after_s=r.after_s, speedup=r.speedup, peak_mem_before=r.peak_mem_before,
             peak_mem_after=r.peak_mem_after, memory_reduction=memory_reduction(r.peak_mem_before, r.peak_mem_after),
-            versions=r.versions or {}, details=r.details or {})
+            versions=r.versions or {}, details=r.details or {},
+            verification=verification_view(r.details, r.verified, r.max_abs_error),
+            benchmark=benchmark_view(r.details))
         pr = pulls.get(cs.identity)
         change_sets.append(ChangeSetOut(id=cs.id, identity=cs.identity, rule_ids=list(cs.rule_ids or []),
                                         outcome=cs.outcome, diff=cs.diff, result=result,
@@ -219,7 +223,8 @@ def scan_detail(session: Session, viewer: Viewer, scan_id: int) -> ScanDetail | 
     runs = [TaskRunOut(task=t.task, outcome=t.outcome, started_at=_utc(t.started_at), duration_s=t.duration_s)
             for t in session.scalars(select(TaskRun).where(TaskRun.scan_id == scan_id).order_by(TaskRun.id))]
     return ScanDetail(scan=summarize(session, [found])[0], events=_events(session, scan_id), findings=findings,
-                      change_sets=change_sets, diff=scan.diff, config=scan.config, task_runs=runs)
+                      change_sets=change_sets, diff=scan.diff, config=scan.config, options=scan.options,
+                      task_runs=runs)
 
 
 def scan_status(session: Session, viewer: Viewer, scan_id: int) -> ScanStatus | None:
@@ -321,10 +326,12 @@ def repository_detail(session: Session, viewer: Viewer, repository_id: int, filt
     config_row = next((row for row in session.execute(
         select(Scan.id, Scan.config).where(Scan.repository_id == repository_id)
         .order_by(Scan.id.desc()).limit(20)) if row[1]), None)
+    trend_scans, trends = rule_trends(session, repository_id)
     return RepositoryDetail(
         repository=repo, scans=list_scans(session, viewer, filters, page, per_page),
         chart=chart_points(session, repository_id), pull_requests=pulls, ignored=ignored,
-        config=config_row[1] if config_row else None, config_scan_id=config_row[0] if config_row else None)
+        config=config_row[1] if config_row else None, config_scan_id=config_row[0] if config_row else None,
+        changes=finding_changes(session, repository_id), trend_scans=trend_scans, rule_trends=trends)
 
 
 def installations(session: Session, viewer: Viewer) -> list[InstallationSummary]:

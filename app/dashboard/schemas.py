@@ -112,6 +112,28 @@ class ChartPoint(BaseModel):
     memory_reduction: float | None
 
 
+class FindingRef(BaseModel):
+    rule_id: str
+    path: str
+    line: int
+    status: str
+    message: str | None = None
+
+
+class FindingChanges(BaseModel):
+    scan_id: int = Field(description="the latest finished scan")
+    previous_scan_id: int = Field(description="the finished scan before it")
+    new: list[FindingRef] = Field(description="in the latest scan, not in the previous one")
+    fixed: list[FindingRef] = Field(description="in the previous scan, gone from the latest")
+    still_open: list[FindingRef] = Field(description="in both (as the latest scan reports them)")
+
+
+class RuleTrend(BaseModel):
+    rule_id: str
+    counts: list[int] = Field(description="findings of the rule in each of trend_scans, oldest first")
+    change: int = Field(description="latest count minus the one before")
+
+
 class RepositoryDetail(BaseModel):
     repository: RepositorySummary
     scans: ScanPage
@@ -120,6 +142,10 @@ class RepositoryDetail(BaseModel):
     ignored: list[IgnoredIdentityOut]
     config: dict | None = Field(None, description="the configuration the latest scan ran with")
     config_scan_id: int | None = None
+    changes: FindingChanges | None = Field(None, description="findings new, fixed and still open since the "
+                                                             "previous finished scan (none before two)")
+    trend_scans: list[int] = Field(default_factory=list, description="the latest finished scans, oldest first")
+    rule_trends: list[RuleTrend] = Field(default_factory=list)
 
 
 class ScanEventOut(BaseModel):
@@ -139,6 +165,29 @@ class FindingOut(BaseModel):
     reason: str | None = None
 
 
+class VerificationRowOut(BaseModel):
+    name: str = Field(description="the rewrite (candidate id), or all kept rewrites together")
+    status: str = Field(description="as the engine named it: passed, failed, skipped, not exercised, ...")
+    errors: dict[str, float] = Field(default_factory=dict, description="each error measure, e.g. max_abs_err")
+    message: str = ""
+    kept: bool | None = Field(None, description="whether the rewrite stayed in the patch")
+    comparisons: int = 0
+
+
+class VerificationView(BaseModel):
+    status: str = Field(description="overall: passed, 'k of n passed', or the rewrites' common state")
+    rows: list[VerificationRowOut]
+
+
+class BenchmarkView(BaseModel):
+    status: str
+    message: str = ""
+    speedup_ci95: list[float] | None = None
+    verdict: str | None = None
+    rounds: int | None = None
+    stopped: str | None = None
+
+
 class ResultOut(BaseModel):
     verified: bool
     max_abs_error: float | None = None
@@ -151,6 +200,8 @@ class ResultOut(BaseModel):
     memory_reduction: float | None = None
     versions: dict = {}
     details: dict = {}
+    verification: VerificationView | None = None
+    benchmark: BenchmarkView | None = None
 
 
 class ChangeSetOut(BaseModel):
@@ -177,6 +228,7 @@ class ScanDetail(BaseModel):
     change_sets: list[ChangeSetOut]
     diff: str | None = None
     config: dict | None = None
+    options: dict | None = Field(None, description="how the scan was run (rules, verify, bench, device, ...)")
     task_runs: list[TaskRunOut]
 
 

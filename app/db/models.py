@@ -155,6 +155,9 @@ class Scan(Base):
     # ``@adopter recreate``: rebuild the branch even if a person pushed to it.
     force_recreate: Mapped[bool] = mapped_column(Boolean, default=False)
     config: Mapped[dict | None] = mapped_column(JSON)  # the repository's adopter.yml, validated
+    # How the scan was run (rules, paths, verify/bench, device, dtype, rounds, min_gain, ...): what a
+    # command line or the App chose, apart from the repository's own file above.
+    options: Mapped[dict | None] = mapped_column(JSON)
     diff: Mapped[str | None] = mapped_column(Text)  # the engine's unified diff of the whole scan
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)

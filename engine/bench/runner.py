@@ -4,14 +4,21 @@ Each side runs in its own fresh, sandboxed child process (``engine/verify/child.
 mode) that builds the model once and then serves timing requests, so the two sides can be
 interleaved without ever importing both versions of the same modules into one interpreter:
 
-  warm-up steps on each side, then ``repeats`` rounds; in each round both sides run
-  ``steps_per_repeat`` training steps (forward, loss, backward, optimizer step), the order of the
-  two alternating between rounds so that drift (thermal, other load) hits both alike.
+  warm-up steps on each side, then rounds; in each round both sides run ``steps_per_repeat``
+  training steps (forward, loss, backward, optimizer step), the order of the two alternating between
+  rounds so that drift (thermal, other load) hits both alike.
 
-Step time is the median over rounds; the speedup is baseline median / optimized median, and the
-per-round ratios are kept to show the spread. Peak memory: ``torch.cuda.max_memory_allocated`` on
-CUDA; on CPU the peak resident set of the side's process minus its resident set before the model
-was built (the torch import is the same on both sides and would only dilute the difference).
+Rounds go on until the 95% confidence interval of the median per-round ratio (``engine.bench.stats``)
+is within +/- ``ci_tolerance`` of it (after at least ``repeats`` rounds), or the time budget for
+rounds (``budget_s``) is spent, or ``max_repeats`` rounds have run; ``stopped`` says which. The
+speedup is that median ratio (each round's ratio compares two steps run moments apart, so drift
+cancels within a round) with its interval, and ``verdict`` says whether the interval lies above 1x,
+below it, or across it. Step times are the medians over rounds.
+
+Peak memory: ``torch.cuda.max_memory_allocated`` on CUDA; on CPU the peak resident set of the side's
+process minus its resident set before the model was built (the torch import is the same on both
+sides and would only dilute the difference). It is one measurement per side (a peak over the whole
+run, which further rounds cannot change), so its interval is that single value.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from engine.bench.stats import Estimate, median_interval, stop_reason, verdict
 from engine.verify.messages import MAX_LINE_BYTES, MalformedMessage, bench_message, parent_versions
 from engine.verify.sandbox import Limits, SandboxUnavailable, kill, popen
 from engine.verify.targets import HFTarget, Target, discover_targets
@@ -41,7 +49,10 @@ class BenchConfig:
     device: str = "cpu"  # "cpu" or "cuda"
     dtype: str = "float32"  # "float32" or "bfloat16"
     warmup: int = 5  # the first CPU steps are slow (allocator, oneDNN primitive caches, lazy imports)
-    repeats: int = 10
+    repeats: int = 10  # the fewest rounds; more run until the interval is narrow enough
+    max_repeats: int = 400
+    budget_s: float = 180.0  # time for the rounds; past it the interval is reported as wide as it is
+    ci_tolerance: float = 0.05  # stop once the speedup's 95% interval is within +/- 5% of its median
     steps_per_repeat: int = 1
     shape: dict | None = None  # build() arguments; default: the target's bench shape, else DEFAULT_SHAPE
     threads: int | None = None  # torch threads in each side's process
@@ -70,7 +81,9 @@ class BenchResult:
     steps_per_repeat: int = 1
     baseline_step_s: float | None = None
     optimized_step_s: float | None = None
-    speedup: float | None = None  # baseline / optimized step time (> 1: faster)
+    speedup: Estimate | None = None  # median per-round baseline / optimized step time (> 1: faster), 95% CI
+    verdict: str = "within-noise"  # "faster", "slower" or "within-noise" (the interval contains 1x)
+    stopped: str = ""  # why the rounds stopped: "converged", "budget", "max-rounds"
     pair_ratios: list[float] = field(default_factory=list)  # per-round baseline / optimized
     baseline_times_s: list[float] = field(default_factory=list)
     optimized_times_s: list[float] = field(default_factory=list)
@@ -78,6 +91,7 @@ class BenchResult:
     baseline_peak_bytes: int | None = None
     optimized_peak_bytes: int | None = None
     memory_reduction: float | None = None  # 1 - optimized / baseline (> 0: less memory)
+    memory: Estimate | None = None  # the same fraction as an estimate (one measurement per side)
     versions: dict = field(default_factory=dict)
     network_isolated: bool | None = None
     duration_s: float = 0.0
@@ -231,18 +245,27 @@ def bench(original_root: Path, rewritten: dict[str, str] | Path, target: Target 
         if config.warmup:
             baseline.request("steps", op="steps", n=config.warmup)
             optimized.request("steps", op="steps", n=config.warmup)
-        for round_index in range(config.repeats):
-            order = (baseline, optimized) if round_index % 2 == 0 else (optimized, baseline)
+        rounds_started = time.monotonic()
+        # Never let the budget run into the whole benchmark's time limit: that would lose every round.
+        budget_s = min(config.budget_s, 0.9 * max(0.0, deadline - rounds_started))
+        while True:
+            order = (baseline, optimized) if len(result.pair_ratios) % 2 == 0 else (optimized, baseline)
             times = {worker.name: _timed(worker, config.steps_per_repeat) for worker in order}
             result.baseline_times_s.append(times["original"])
             result.optimized_times_s.append(times["rewritten"])
             result.pair_ratios.append(times["original"] / times["rewritten"])
-            if on_round is not None:
-                on_round(round_index + 1, config.repeats)
-        if result.baseline_times_s:
-            result.baseline_step_s = statistics.median(result.baseline_times_s)
-            result.optimized_step_s = statistics.median(result.optimized_times_s)
-            result.speedup = result.baseline_step_s / result.optimized_step_s
+            result.stopped = stop_reason(result.pair_ratios, time.monotonic() - rounds_started,
+                                         min_rounds=config.repeats, max_rounds=config.max_repeats,
+                                         budget_s=budget_s, tolerance=config.ci_tolerance) or ""
+            if on_round is not None:  # the fewest rounds, or more once they run past it
+                on_round(len(result.pair_ratios), max(config.repeats, len(result.pair_ratios) + (not result.stopped)))
+            if result.stopped:
+                break
+        result.repeats = len(result.pair_ratios)
+        result.baseline_step_s = statistics.median(result.baseline_times_s)
+        result.optimized_step_s = statistics.median(result.optimized_times_s)
+        result.speedup = median_interval(result.pair_ratios)
+        result.verdict = verdict(result.speedup)
         memory = [worker.request("memory", op="memory") for worker in (baseline, optimized)]
         if config.device.startswith("cuda"):
             result.memory_metric = "torch.cuda.max_memory_allocated"
@@ -253,6 +276,7 @@ def bench(original_root: Path, rewritten: dict[str, str] | Path, target: Target 
         result.baseline_peak_bytes, result.optimized_peak_bytes = peaks
         if peaks[0]:
             result.memory_reduction = 1.0 - peaks[1] / peaks[0]
+            result.memory = Estimate(result.memory_reduction, (result.memory_reduction, result.memory_reduction), 1)
     except _WorkerError as exc:
         result.status, result.message = exc.status, str(exc)
     except SandboxUnavailable as exc:

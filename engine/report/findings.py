@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine.bench.stats import Estimate, median_interval, verdict
+
 
 def _get(obj: Any, *names: str, default: Any = None) -> Any:
     for name in names:
@@ -122,11 +124,15 @@ class Benchmark:
     message: str = ""
     baseline_step_s: float | None = None
     optimized_step_s: float | None = None
-    speedup: float | None = None
+    speedup: float | None = None  # the median per-round ratio (> 1: faster)
+    speedup_ci95: tuple[float, float] | None = None  # None: too few rounds to bound it
+    verdict: str = "within-noise"
+    stopped: str = ""
     pair_ratios: tuple[float, ...] = ()
     baseline_peak_bytes: int | None = None
     optimized_peak_bytes: int | None = None
     memory_reduction: float | None = None
+    memory_ci95: tuple[float, float] | None = None
     memory_metric: str = ""
     device: str | None = None
     device_name: str | None = None
@@ -144,14 +150,20 @@ class Benchmark:
             return None
         before = _get(obj, "baseline_step_s", "before_s")
         after = _get(obj, "optimized_step_s", "after_s")
-        speedup = _get(obj, "speedup")
-        if speedup is None and before and after:
-            speedup = before / after
+        ratios = tuple(_get(obj, "pair_ratios", default=()) or ())
+        speed = _estimate(_get(obj, "speedup"))
+        if speed is None and ratios:
+            speed = median_interval(list(ratios))
+        if speed is None and before and after:  # a record with two medians only: a point, no interval
+            speed = Estimate(before / after, None, 0)
         mem_before = _get(obj, "baseline_peak_bytes", "peak_mem_before")
         mem_after = _get(obj, "optimized_peak_bytes", "peak_mem_after")
         reduction = _get(obj, "memory_reduction")
         if reduction is None and mem_before and mem_after is not None:
             reduction = 1.0 - mem_after / mem_before
+        memory = _estimate(_get(obj, "memory"))
+        if memory is None and reduction is not None:  # one peak per side: the measurement is the interval
+            memory = Estimate(reduction, (reduction, reduction), 1)
         status = _get(obj, "status")
         ok = status == "ok" if status is not None else _get(obj, "ok", default=before is not None and after is not None)
         return cls(
@@ -159,11 +171,15 @@ class Benchmark:
             message=str(_get(obj, "message", default="")),
             baseline_step_s=before,
             optimized_step_s=after,
-            speedup=speedup,
-            pair_ratios=tuple(_get(obj, "pair_ratios", default=()) or ()),
+            speedup=speed.median if speed is not None else None,
+            speedup_ci95=speed.ci95 if speed is not None else None,
+            verdict=str(_get(obj, "verdict", default=verdict(speed))),
+            stopped=str(_get(obj, "stopped", default="")),
+            pair_ratios=ratios,
             baseline_peak_bytes=mem_before,
             optimized_peak_bytes=mem_after,
             memory_reduction=reduction,
+            memory_ci95=memory.ci95 if memory is not None else None,
             memory_metric=str(_get(obj, "memory_metric", default="")),
             device=_get(obj, "device"),
             device_name=_get(obj, "device_name"),
@@ -174,3 +190,13 @@ class Benchmark:
             threads=_get(obj, "threads"),
             versions=dict(_get(obj, "versions", default={}) or {}),
         )
+
+
+def _estimate(value: Any) -> Estimate | None:
+    """A speedup or memory figure in any stored form: an ``Estimate``, its dict, or a bare number
+    (older records: a point without an interval)."""
+    if value is None or isinstance(value, Estimate):
+        return value
+    if isinstance(value, dict):
+        return Estimate.from_dict(value)
+    return Estimate(float(value), None, 0)

@@ -23,17 +23,20 @@ def normalize_min_gain(value: float | None) -> float:
 class GainDecision:
     open_pr: bool
     min_gain: float  # as a fraction
-    speed_gain: float | None  # speedup - 1
-    memory_gain: float | None  # fraction of peak memory saved
+    speed_gain: float | None  # lower bound of the speedup's 95% interval - 1
+    memory_gain: float | None  # lower bound of the fraction of peak memory saved
     reason: str
 
 
 def decide(verification: Verification | None, bench: Benchmark | None, min_gain: float | None = None) -> GainDecision:
     """Open a pull request only when verification passed and the step got at least ``min_gain``
-    faster or its peak memory at least ``min_gain`` smaller."""
+    faster or its peak memory at least ``min_gain`` smaller, judged by the lower bound of the 95%
+    interval: a median that clears the bar by luck of the noise does not. A speedup without an
+    interval (too few rounds, or an old record) never clears it."""
     threshold = normalize_min_gain(min_gain)
-    speed = bench.speedup - 1.0 if bench is not None and bench.ok and bench.speedup is not None else None
-    memory = bench.memory_reduction if bench is not None and bench.ok else None
+    ok = bench is not None and bench.ok
+    speed = bench.speedup_ci95[0] - 1.0 if ok and bench.speedup_ci95 is not None else None
+    memory = bench.memory_ci95[0] if ok and bench.memory_ci95 is not None else None
     if verification is None or not verification.passed:
         return GainDecision(False, threshold, speed, memory, "verification did not pass")
     if bench is None or not bench.ok:
@@ -41,10 +44,13 @@ def decide(verification: Verification | None, bench: Benchmark | None, min_gain:
         return GainDecision(False, threshold, speed, memory, f"the benchmark did not complete ({why})")
     cleared = [name for name, gain in (("speed", speed), ("memory", memory)) if gain is not None and gain >= threshold]
     if cleared:
-        return GainDecision(True, threshold, speed, memory, f"the {' and '.join(cleared)} gain clears the minimum of {threshold:.0%}")
+        both = len(cleared) > 1
+        return GainDecision(True, threshold, speed, memory,
+                            f"the {' and '.join(cleared)} gain{'s clear' if both else ' clears'} the minimum of "
+                            f"{threshold:.0%} (the lower bound{'s' if both else ''} of the 95% interval{'s' if both else ''})")
     return GainDecision(False, threshold, speed, memory,
                         f"neither step time ({_pct(speed)}) nor peak memory ({_pct(memory)}) improved by the minimum of "
-                        f"{threshold:.0%}")
+                        f"{threshold:.0%} (lower bounds of the 95% intervals)")
 
 
 def _pct(value: float | None) -> str:

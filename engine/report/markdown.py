@@ -1,8 +1,10 @@
 """The pull request body, in GitHub Markdown.
 
-Sections: summary, what changed and why (per rule, linking its documentation), the sites, the
-verification table, the benchmark table, the environment, the minimum-gain decision, how to
-reproduce with one command, and the commands the bot understands. The body always fits GitHub's
+Sections: summary, what changed and why (per rule, linking its documentation by absolute URL, with
+the rule's help folded in a ``<details>`` section), the sites, the verification table, the benchmark
+table with its 95% interval and verdict, the environment, the minimum-gain decision, the
+configuration that applied, how to reproduce with one command, the commands the bot understands,
+and which Adopter version wrote the body (with a link to the scan on the dashboard when there is one). The body always fits GitHub's
 limit of 65,536 characters (counted, as GitHub counts them, in UTF-16 code units): the site and
 verification tables shrink first, then the middle of the body is cut at a line boundary; the
 reproduction, commands and identity marker at the end are never cut.
@@ -10,12 +12,15 @@ reproduction, commands and identity marker at the end are never cut.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 from engine.report.findings import Benchmark, Finding, Verification
 from engine.report.gain import GainDecision, decide
+from engine.report.links import adopter_version, doc_url, docs_base_url, rule_help_url
+from engine.report.rule_help import RuleHelp, library_help
 
 GITHUB_BODY_LIMIT = 65536
 
@@ -70,10 +75,6 @@ def _mib(value: int | None) -> str:
     return "n/a" if value is None else f"{value / 2**20:.1f} MiB"
 
 
-def _anchor(rule_id: str) -> str:
-    return "".join(ch for ch in rule_id.lower().replace(" ", "-") if ch.isalnum() or ch in "-_")
-
-
 @dataclass
 class Report:
     """Everything the body says. Build it directly, or let ``render_pr_body`` adapt a context."""
@@ -87,9 +88,13 @@ class Report:
     reproduce: str | None = None  # the one command; default: adopter scan . --verify --bench ...
     mention: str = "@adopter"
     min_gain: float | None = None
-    rules_doc: str = "docs/rules.md"  # base URL of the rule documentation (anchors are rule ids)
+    docs_url: str | None = None  # documentation folder (absolute URL); default: ADOPTER_DOCS_URL, else published
     rule_summaries: dict[str, str] = field(default_factory=dict)
+    rule_help: dict[str, RuleHelp] = field(default_factory=dict)  # embedded per rule
     extra_marker: str | None = None  # appended to the identity comment (e.g. "scan: 12")
+    config: dict | None = None  # the configuration that applied (repository file and options)
+    dashboard_url: str | None = None  # this scan on the dashboard
+    version: str | None = None  # the Adopter version that wrote the body; default: the installed one
 
     @property
     def decision(self) -> GainDecision:
@@ -105,21 +110,66 @@ def _summary(report: Report, applied: list[Finding]) -> list[str]:
     if b is not None and b.ok and b.speedup is not None:
         memory = (f", {b.memory_reduction:.1%} less peak memory" if b.memory_reduction and b.memory_reduction > 0
                   else "")
-        lines.append(f"Measured training step: **{b.speedup:.2f}x** the speed of the original{memory} "
-                     f"({b.device or 'cpu'}, {b.dtype or 'float32'}).")
+        lines.append(f"Measured training step: {speed_in_words(b)}{memory} ({b.device or 'cpu'}, {b.dtype or 'float32'}).")
     return lines + [""]
+
+
+def _ratio(value: float) -> str:
+    return f"{value:.2f}x"
+
+
+def speed_in_words(b: Benchmark) -> str:
+    """The verdict, the median and its 95% interval in one sentence."""
+    median = f"**{_ratio(b.speedup)}** the speed of the original" if b.speedup is not None else "no speedup measured"
+    if b.speedup_ci95 is None:
+        why = (f"{b.repeats} round(s) are too few to bound the median at 95% confidence" if b.repeats
+               else "no confidence interval was measured")
+        return f"within the noise as far as can be told: {median}; {why}"
+    low, high = (_ratio(x) for x in b.speedup_ci95)
+    words = {"faster": "faster", "slower": "slower", "within-noise": "within the noise (neither faster nor slower)"}
+    return f"{words.get(b.verdict, b.verdict)}: {median}, 95% confidence interval {low} to {high}"
 
 
 def _changes(report: Report, applied: list[Finding]) -> list[str]:
     lines = ["### What changed and why", ""]
     counts = Counter(f.rule_id for f in applied)
     for rule_id in sorted(counts):
-        why = report.rule_summaries.get(rule_id) or why_for(rule_id)
-        link = f"{report.rules_doc}#{_anchor(rule_id)}"
+        help_ = report.rule_help.get(rule_id)
+        why = report.rule_summaries.get(rule_id) or (help_.summary if help_ else "") or why_for(rule_id)
+        link = rule_help_url(rule_id, report.docs_url)
         lines.append(f"- **[`{rule_id}`]({link})** ({counts[rule_id]} site(s)): {why}")
+        if help_ is not None:
+            lines += _help_details(rule_id, help_, link)
     if not counts:
         lines.append("No site was rewritten.")
     return lines + [""]
+
+
+def _fence(code: str, language: str = "python") -> list[str]:
+    ticks = "```"
+    while ticks in code:  # a fence longer than any run of backticks inside
+        ticks += "`"
+    return [f"{ticks}{language}", code, ticks]
+
+
+def _help_details(rule_id: str, help_: RuleHelp, link: str) -> list[str]:
+    """The rule's help, folded. GitHub renders Markdown inside <details> after a blank line; indented
+    by two spaces, the block stays inside the list item."""
+    body: list[str] = []
+    if help_.why:
+        body += [help_.why, ""]
+    if help_.example:
+        body += ["Example:", "", *_fence(help_.example), ""]
+    if help_.use_instead:
+        body += ["Becomes:", "", *_fence(help_.use_instead), ""]
+    body.append(f"Full documentation: {link}")
+    text = "\n".join(["<details>", f"<summary>About <code>{_html(rule_id)}</code></summary>", "", *body, "",
+                      "</details>"])
+    return ["", *("  " + line if line else "" for line in text.split("\n")), ""]
+
+
+def _html(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _sites(findings: list[Finding], limit: int | None) -> list[str]:
@@ -173,12 +223,16 @@ def _benchmark(b: Benchmark | None) -> list[str]:
         return lines + [f"The benchmark did not complete: {_cell(b.message)}", ""]
     if not b.speedup:
         ratio = "n/a"
+    elif b.verdict == "within-noise":  # neither word would be true
+        ratio = f"{b.speedup:.2f}x (within noise)"
     elif b.speedup >= 1:
         ratio = f"{b.speedup:.2f}x faster"
     else:  # "0.76x faster" would read as a gain
         ratio = f"{1 / b.speedup:.2f}x slower"
-    lines += ["| | Before | After | Ratio |", "|---|---|---|---|",
-              f"| Median step time | {_seconds(b.baseline_step_s)} | {_seconds(b.optimized_step_s)} | {ratio} |"]
+    interval = " to ".join(_ratio(x) for x in b.speedup_ci95) if b.speedup_ci95 else "not bounded"
+    lines += ["| | Before | After | Ratio | 95% interval |", "|---|---|---|---|---|",
+              f"| Median step time | {_seconds(b.baseline_step_s)} | {_seconds(b.optimized_step_s)} | {ratio} | "
+              f"{interval} |"]
     if b.baseline_peak_bytes is not None:
         if not b.optimized_peak_bytes or not b.baseline_peak_bytes:
             mem_ratio = "n/a"
@@ -186,13 +240,19 @@ def _benchmark(b: Benchmark | None) -> list[str]:
             mem_ratio = f"{b.baseline_peak_bytes / b.optimized_peak_bytes:.2f}x less"
         else:
             mem_ratio = f"{b.optimized_peak_bytes / b.baseline_peak_bytes:.2f}x more"
-        lines.append(f"| Peak memory | {_mib(b.baseline_peak_bytes)} | {_mib(b.optimized_peak_bytes)} | {mem_ratio} |")
-    lines.append("")
+        mem_interval = ("one measurement per side" if b.memory_ci95 and b.memory_ci95[0] == b.memory_ci95[1]
+                        else " to ".join(f"{x:+.1%}" for x in b.memory_ci95) + " saved" if b.memory_ci95 else "n/a")
+        lines.append(f"| Peak memory | {_mib(b.baseline_peak_bytes)} | {_mib(b.optimized_peak_bytes)} | {mem_ratio} | "
+                     f"{mem_interval} |")
+    lines += ["", f"Verdict: {speed_in_words(b)}.", ""]
     details = [f"device {_code(b.device_name or b.device or 'cpu')}", f"dtype {_code(b.dtype or 'float32')}"]
     if b.shape:
         details.append("shape " + _code(", ".join(f"{k}={v}" for k, v in sorted(b.shape.items()))))
     if b.repeats:
-        details.append(f"{b.repeats} interleaved rounds after {b.warmup or 0} warm-up steps")
+        stopped = {"converged": "the interval was narrow enough",
+                   "budget": "the time budget was spent", "max-rounds": "the cap on rounds was reached"}.get(b.stopped)
+        details.append(f"{b.repeats} interleaved rounds after {b.warmup or 0} warm-up steps"
+                       + (f" (stopped when {stopped})" if stopped else ""))
     if b.pair_ratios:
         details.append(f"per-round ratio {min(b.pair_ratios):.2f}x to {max(b.pair_ratios):.2f}x")
     if b.memory_metric:
@@ -222,6 +282,15 @@ def _decision(report: Report) -> list[str]:
     return ["### Minimum gain", "", text, ""]
 
 
+def _config(report: Report) -> list[str]:
+    if not report.config:
+        return []
+    text = json.dumps(report.config, indent=2, sort_keys=True, default=str)
+    return ["### Configuration", "", "<details>",
+            f"<summary>The configuration this scan ran with (keys: {doc_url('harness.md', report.docs_url)})</summary>",
+            "", *_fence(text, "json"), "", "</details>", ""]
+
+
 def _tail(report: Report) -> list[str]:
     b = report.bench
     command = report.reproduce or (
@@ -239,6 +308,10 @@ def _tail(report: Report) -> list[str]:
         f"- `{m} recreate`: rebuild this branch from scratch, discarding edits made to it",
         f"- `{m} ignore`: close this pull request and stop proposing it until the code changes",
     ]
+    footer = f"Written by [Adopter]({docs_base_url(report.docs_url)}) {_html(report.version or adopter_version())}"
+    if report.dashboard_url:
+        footer += f" · [this scan on the dashboard]({report.dashboard_url})"
+    lines += ["", f"<sub>{footer}.</sub>"]
     if report.identity:
         extra = f" {report.extra_marker}" if report.extra_marker else ""
         lines += ["", f"<!-- adopter-identity: {_cell(report.identity).replace('--', '')}{extra} -->"]
@@ -250,7 +323,7 @@ def _head(report: Report, site_limit: int | None, row_limit: int | None) -> str:
     shown = applied + [f for f in report.findings if not f.applied]
     parts = (_summary(report, applied) + _changes(report, applied) + _sites(shown, site_limit)
              + _verification(report.verification, row_limit) + _benchmark(report.bench)
-             + _environment(report.bench) + _decision(report))
+             + _environment(report.bench) + _decision(report) + _config(report))
     return "\n".join(parts) + "\n"
 
 
@@ -303,7 +376,8 @@ def render_pr_body(context: dict | Report | None = None, /, **kwargs) -> str:
     ``findings`` (findings in any accepted form, see ``engine.report.findings``), ``verification``
     (a ``CandidatesResult``/``VerifyResult`` or its dict) or ``result`` (the worker's record, also used
     for the benchmark), ``bench`` (a ``BenchResult`` or its dict), ``repository``, ``identity``,
-    ``base_sha``, ``mention``, ``min_gain``, ``reproduce``, ``rules_doc``, ``scan_id``.
+    ``base_sha``, ``mention``, ``min_gain``, ``reproduce``, ``docs_url``, ``scan_id``, ``config``,
+    ``dashboard_url`` (this scan's page), ``version``, ``rule_help`` (default: the rule library's).
     """
     if isinstance(context, Report):
         return render(context, **kwargs)
@@ -323,8 +397,12 @@ def render_pr_body(context: dict | Report | None = None, /, **kwargs) -> str:
         reproduce=ctx.get("reproduce"),
         mention=ctx.get("mention") or "@adopter",
         min_gain=ctx.get("min_gain"),
-        rules_doc=ctx.get("rules_doc") or "docs/rules.md",
+        docs_url=ctx.get("docs_url"),
         rule_summaries=dict(ctx.get("rule_summaries") or {}),
+        rule_help=dict(ctx["rule_help"]) if ctx.get("rule_help") is not None else library_help(),
+        config=ctx.get("config"),
+        dashboard_url=ctx.get("dashboard_url"),
+        version=ctx.get("version"),
         extra_marker=f"scan: {ctx['scan_id']}" if ctx.get("scan_id") is not None else None,
     )
     return render(report, limit=int(ctx.get("limit", GITHUB_BODY_LIMIT)))

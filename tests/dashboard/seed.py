@@ -72,6 +72,44 @@ def add_scan(session: Session, repo_id: int, at: datetime, *, state: str = "done
     return scan
 
 
+# What the engine pipeline stores for a scan whose rewrites ended in different states (the state names
+# are the engine's; "not exercised" is one the dashboard has no special case for).
+PER_REWRITE = {
+    "per_rewrite": {
+        "sdpa-attention": {"status": "passed", "passed": True, "max_abs_err": 3.1e-7, "max_rel_err": 2.2e-7,
+                           "message": "", "cases": [{}] * 6},
+        "layer-norm": {"status": "skipped", "passed": False, "max_abs_err": None, "max_rel_err": None,
+                       "message": "no harness builds the module this rewrite changes", "cases": []},
+        "gelu-tanh": {"status": "failed", "passed": False, "max_abs_err": 0.31, "max_rel_err": 0.12,
+                      "message": "out.0: max abs error 0.31 > 1e-05", "cases": [{}] * 6},
+        "rms-norm": {"status": "not exercised", "passed": False, "max_abs_err": 0.0, "max_rel_err": 0.0,
+                     "message": "the rewritten code never ran under the harness's inputs", "cases": [{}] * 2},
+    },
+    "accepted": ["sdpa-attention"],
+    "dropped": {"layer-norm": "skipped", "gelu-tanh": "failed: out.0", "rms-norm": "not exercised"},
+    "combined": None, "passed": True,
+}
+BENCH_DETAILS = {"status": "ok", "speedup": {"median": 1.45, "ci95": [1.38, 1.52], "samples": 24},
+                 "verdict": "faster", "repeats": 24, "stopped": "converged"}
+OPTIONS = {"trigger": "push", "rules": "default", "verify": True, "bench": True, "device": "cuda", "min_gain": 0.05}
+
+
+def record_change(session: Session, previous: Scan, latest: Scan) -> None:
+    """Between two finished scans: one finding fixed, one new, the rest still open (one of them moved
+    down two lines); the latest records its options and per-rewrite verification."""
+    session.add(Finding(scan_id=previous.id, rule_id="gelu-tanh", path="model.py", line=50, status="rewritten",
+                        message="hand-written GELU"))
+    session.add(Finding(scan_id=latest.id, rule_id="fused-adamw", path="train.py", line=8, status="detected",
+                        message="AdamW without fused=True"))
+    for f in latest.findings:
+        if f.status == "near-miss":
+            f.line += 2
+    latest.options = OPTIONS
+    session.flush()
+    result = latest.change_sets[0].result
+    result.details = {"verify": PER_REWRITE, "bench": BENCH_DETAILS}
+
+
 def seed(session: Session) -> dict:
     session.add_all([Installation(id=ACME, account_login="acme", account_type="Organization"),
                      Installation(id=GLOBEX, account_login="globex", account_type="Organization")])
@@ -88,6 +126,7 @@ def seed(session: Session) -> dict:
                        mem_after=(300 - 10 * i) << 20, config={"min_gain": 0.05, "max_open_pull_requests": 2})
               for i in range(6)]
     ids["vision_done"] = vision[-1].id
+    record_change(session, vision[-2], vision[-1])
     failed = add_scan(session, VISION, T0 + timedelta(days=6, hours=1), state="failed",
                       reason="verify: outputs differ (max abs error 0.31 > 1e-5)\nTraceback: rewritten forward", )
     ids["vision_failed"] = failed.id

@@ -205,3 +205,46 @@ def test_keyboard_reaches_the_content_first(page, server):
     assert page.evaluate("document.activeElement.textContent") == "Skip to content"
     page.keyboard.press("Enter")
     assert page.evaluate("document.activeElement.id") == "main"
+
+
+def test_repository_shows_what_changed_since_the_previous_scan_and_the_rule_trend(page, server):
+    from playwright.sync_api import expect
+
+    page.goto(f"{server}/repos/{VISION}")
+    expect(page.locator("#changes-new")).to_have_text("1")
+    expect(page.locator("#changes-fixed")).to_have_text("1")
+    expect(page.locator("#changes-open")).to_have_text("2")
+    expect(page.locator("details.changes-new")).to_contain_text("fused-adamw")
+    expect(page.locator("details.changes-fixed")).to_contain_text("gelu-tanh")
+    trend = page.locator("table.rule-trend")
+    gelu = trend.locator("tr", has=page.locator("th code", has_text="gelu-tanh"))
+    expect(gelu.locator("td.change")).to_have_text("-1")
+    expect(gelu.locator("svg.sparkline")).to_have_attribute("aria-label", "gelu-tanh: 0, 0, 0, 0, 1, 0")
+    box = trend.locator("svg.sparkline").first.bounding_box()
+    assert box and box["width"] > 50 and box["height"] > 10  # drawn, not collapsed
+    shot(page, "repository-changes")
+    page.locator("section[aria-labelledby=changes-h]").screenshot(path=str(SHOTS / "repository-changes-section.png"))
+    trend.screenshot(path=str(SHOTS / "repository-rule-trend.png"))
+
+
+def test_scan_shows_each_rewrites_state_errors_options_and_interval(page, server, dash_pg):
+    from playwright.sync_api import expect
+
+    page.goto(f"{server}/scans/{dash_pg[1]['vision_done']}")
+    table = page.locator("table.verification")
+    rows = table.locator("tbody tr")
+    expect(rows).to_have_count(4)
+    for name, state in (("sdpa-attention", "passed"), ("layer-norm", "skipped"), ("gelu-tanh", "failed"),
+                        ("rms-norm", "not exercised")):
+        expect(rows.filter(has=page.locator("th", has_text=name)).locator(".vstate")).to_have_text(state)
+    expect(table.locator("thead")).to_contain_text("max abs error")
+    expect(rows.filter(has=page.locator("th", has_text="gelu-tanh"))).to_contain_text("0.31")
+    expect(page.locator("[data-verification]")).to_have_text("1 of 4 passed")
+    expect(page.locator("table.benchmark")).to_contain_text("1.38× to 1.52×")
+    expect(page.locator("#scan-options")).to_contain_text("cuda")
+    expect(page.locator("#timeline li").nth(1)).to_contain_text("(+20.0 s)")
+    colors = page.evaluate("""() => [...document.querySelectorAll('table.verification .vstate')]
+                               .map(e => getComputedStyle(e).backgroundColor)""")
+    assert colors[0] != colors[2]  # passed and failed do not look alike
+    expect(page.locator("section[aria-labelledby=findings-h]")).to_contain_text("detected (1)")  # any status shows
+    shot(page, "scan-verification")

@@ -125,3 +125,47 @@ def test_local_dashboard_answers_this_machine_only(history_url):
         serve(history_url, host="0.0.0.0")
     refused = CliRunner().invoke(app, ["dashboard", "--host", "192.168.1.5"])
     assert refused.exit_code == 2 and "this machine only" in refused.output
+
+
+def test_local_history_keeps_each_stages_instant_errors_options_and_states(history_url, tmp_path):
+    from datetime import UTC, datetime, timedelta
+
+    from app.history import record_scan
+
+    started = datetime.now(UTC) - timedelta(minutes=5)
+    timeline = {"verifying": (started + timedelta(seconds=20)).isoformat(),
+                "benchmarking": (started + timedelta(seconds=140)).isoformat()}
+    verification = {"per_rewrite": {
+        "sdpa-attention": {"status": "passed", "passed": True, "max_abs_err": 2.5e-6, "max_rel_err": 1e-6},
+        "gelu-tanh": {"status": "passed", "passed": True, "max_abs_err": 4e-6, "max_rel_err": 2e-6},
+        "layer-norm": {"status": "not exercised", "passed": False, "max_abs_err": None, "max_rel_err": None}},
+        "accepted": ["sdpa-attention", "gelu-tanh"], "dropped": {"layer-norm": "not exercised"},
+        "combined": None, "passed": True}
+    bench = {"status": "ok", "baseline_step_s": 0.5, "optimized_step_s": 0.4, "repeats": 30, "verdict": "faster",
+             "speedup": {"median": 1.25, "ci95": [1.2, 1.3], "samples": 30}, "stopped": "converged"}
+    options = {"rules": "default", "verify": True, "bench": True, "device": "cpu", "repeats": 10}
+    scan_id = record_scan(FakeResult(), tmp_path, started_at=started, timeline=timeline, verification=verification,
+                          benchmark=bench, options=options)
+    client = local_client(history_url)
+    detail = client.get(f"/api/scans/{scan_id}").json()
+    at = {e["state"]: datetime.fromisoformat(e["at"]) for e in detail["events"]}
+    assert at["queued"] == at["scanning"] == started
+    assert at["verifying"] - started == timedelta(seconds=20) and at["benchmarking"] - started == timedelta(seconds=140)
+    assert at["done"] > at["benchmarking"]
+    assert detail["options"] == options
+    result = detail["change_sets"][0]["result"]
+    assert result["max_abs_error"] == pytest.approx(4e-6)  # the largest over the kept rewrites, not "-"
+    assert result["speedup"] == 1.25
+    page = client.get(f"/scans/{scan_id}").text
+    assert "4e-06" in page and "not exercised" in page and "1.20× to 1.30×" in page and "(+2 min 0 s)" in page
+
+    # verification kept nothing: the scan still shows what each rewrite's check found
+    skipped = {"per_rewrite": {"sdpa-attention": {"status": "skipped", "passed": False,
+                                                  "message": "no harness and no Hugging Face model class"}},
+               "accepted": [], "dropped": {"sdpa-attention": "skipped"}, "combined": None, "passed": False}
+    second = record_scan(FakeResult(diff="", files={}), tmp_path, verification=skipped,
+                         options={"verify": True, "bench": False})
+    page = client.get(f"/scans/{second}").text
+    assert "No rewrites to verify" not in page
+    assert "skipped" in page and "no harness and no Hugging Face model class" in page
+    assert "Not benchmarked (the scan ran without --bench)" in page

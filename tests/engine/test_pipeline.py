@@ -62,25 +62,27 @@ def test_one_candidate_per_rule_per_file_each_rewriting_only_its_rule(minigpt: P
 
 def test_bench_without_verify_applies_min_gain(minigpt: Path, monkeypatch):
     from engine.bench import BenchResult
+    from engine.bench.stats import Estimate
 
     seen = {}
 
     def fake_bench(root, files, target=None, *, config=None):
         seen.update(root=Path(root), files=files, config=config)
         return BenchResult("ok", device=config.device, dtype=config.dtype, shape=config.shape,
-                           baseline_step_s=0.2, optimized_step_s=0.19, speedup=0.2 / 0.19,
+                           baseline_step_s=0.2, optimized_step_s=0.19, speedup=Estimate(0.2 / 0.19, (1.0, 1.1), 8),
                            baseline_peak_bytes=100 << 20, optimized_peak_bytes=99 << 20, memory_reduction=0.01)
 
     monkeypatch.setattr("engine.bench.bench", fake_bench)
     result = scan_path(minigpt, rules=RULES)
     outcome = pipeline.verify_and_bench(result, minigpt, verify=False, bench=True, bench_shape={"batch_size": 1},
-                                        repeats=3, min_gain=0.10)
+                                        repeats=3, bench_budget_s=7, min_gain=0.10)
     json.dumps(outcome)  # plain data
-    assert seen["files"] == result.files and seen["config"].repeats == 3
+    assert seen["files"] == result.files and seen["config"].repeats == 3 and seen["config"].budget_s == 7
     assert seen["config"].shape == {"batch_size": 1}
     assert outcome["verification"] is None
     assert outcome["decision"]["open_pr"] is False and "not run" in outcome["decision"]["reason"]
-    assert outcome["benchmark"]["speedup"] == pytest.approx(0.2 / 0.19)
+    assert outcome["benchmark"]["speedup"]["median"] == pytest.approx(0.2 / 0.19)
+    assert outcome["benchmark"]["speedup"]["ci95"] == (1.0, 1.1)
     assert outcome["environment"]["cpu_count"] >= 1
 
 

@@ -12,6 +12,7 @@ import pytest
 from engine.dsl.ir import Pos
 from engine.extract import extract_source
 from engine.match import Finding, find, parse_rule
+from engine.report.links import rule_help_url
 from engine.sarif import FINGERPRINT_KEY, to_sarif
 from engine.scan import select_rules
 
@@ -112,7 +113,7 @@ def test_driver_and_rules(scanned):
     assert [r["id"] for r in driver["rules"]] == [r.id for r in rules]
     rule4 = next(r for r in driver["rules"] if r["id"] == "paper/rule_4")
     assert rule4["shortDescription"]["text"] == next(r.summary for r in rules if r.id == "paper/rule_4")
-    assert rule4["helpUri"] == "docs/rules.md#paper/rule_4"
+    assert rule4["helpUri"] == rule_help_url("paper/rule_4")  # absolute: it is read on the user's repository
     assert rule4["properties"]["fix"] == "detect-only"
     assert rule4["properties"]["kernel"] == "epoi.ops.torchscript_ops.FusedSoftmax"
 

@@ -282,6 +282,7 @@ def stack(pg_url, redis_target, tmp_path_factory):
         "ADOPTER_WORK_DIR": str(base / "work"),
         "ADOPTER_BROKER_VISIBILITY_TIMEOUT": "4",
         "ADOPTER_TASK_MAX_RETRIES": "3",
+        "ADOPTER_BENCH_BUDGET_S": "15",  # the rounds' budget: enough for an interval, short for a test
         "ADOPTER_ENGINE_SCAN": "tests.worker.engine_hooks:scan_path",
         "ADOPTER_ENGINE_VERIFY": "tests.worker.engine_hooks:verify",
         "ADOPTER_TEST_PAUSE_DIR": str(pause_dir),

@@ -30,9 +30,9 @@ VERIFICATION = {
 }
 BENCH = {
     "status": "ok", "device": "cpu", "device_name": "AMD EPYC", "dtype": "float32",
-    "shape": {"batch_size": 8, "seq_len": 512}, "baseline_step_s": 2.0, "optimized_step_s": 1.25, "speedup": 1.6,
-    "pair_ratios": [1.55, 1.6, 1.7], "baseline_peak_bytes": 900 * 2**20, "optimized_peak_bytes": 600 * 2**20,
-    "memory_reduction": 1 / 3, "repeats": 10, "warmup": 3, "threads": 2,
+    "shape": {"batch_size": 8, "seq_len": 512}, "baseline_step_s": 2.0, "optimized_step_s": 1.25, "speedup": {"median": 1.6, "ci95": [1.55, 1.7], "samples": 12},
+    "verdict": "faster", "stopped": "converged", "pair_ratios": [1.55, 1.6, 1.7], "baseline_peak_bytes": 900 * 2**20, "optimized_peak_bytes": 600 * 2**20,
+    "memory_reduction": 1 / 3, "memory": {"median": 1 / 3, "ci95": [1 / 3, 1 / 3], "samples": 1}, "repeats": 12, "warmup": 3, "threads": 2,
     "memory_metric": "peak RSS", "versions": {"python": "3.11.7", "torch": "2.13.0", "transformers": "4.34.1"},
 }
 FINDINGS = [
@@ -54,12 +54,15 @@ def test_body_has_every_section():
     for heading in ("### What changed and why", "### Sites", "### Verification", "### Benchmark",
                     "### Environment", "### Minimum gain", "### Reproduce", "### Commands"):
         assert heading in body
-    assert "[`sdpa-attention`](docs/rules.md#sdpa-attention)" in body
+    assert "[`sdpa-attention`](https://github.com/adopter-dev/adopter/blob/main/docs/rules.md#sdpa-attention)" in body
+    assert "](docs/" not in body  # no link is relative: on the user's pull request it would point into their repository
     assert "| `sdpa-attention` | ✅ passed | 2.10e-06 | 3.40e-07 | 6 |" in body
     assert "**all accepted together**" in body
     assert "`wrong-scale`: failed" in body  # dropped, with the reason
-    assert "| Median step time | 2.000 s | 1.250 s | 1.60x faster |" in body
-    assert "| Peak memory | 900.0 MiB | 600.0 MiB | 1.50x less |" in body
+    assert "| Median step time | 2.000 s | 1.250 s | 1.60x faster | 1.55x to 1.70x |" in body
+    assert "| Peak memory | 900.0 MiB | 600.0 MiB | 1.50x less | one measurement per side |" in body
+    assert "Verdict: faster: **1.60x** the speed of the original, 95% confidence interval 1.55x to 1.70x." in body
+    assert "12 interleaved rounds after 3 warm-up steps (stopped when the interval was narrow enough)" in body
     assert "4.34.1" in body and "AMD EPYC" in body
     assert "adopter scan . --verify --bench --device cpu --dtype float32" in body
     for command in ("@adopter rescan", "@adopter recreate", "@adopter ignore"):
@@ -70,7 +73,7 @@ def test_body_has_every_section():
 
 
 def test_gain_below_the_minimum_says_no_pull_request():
-    slow = dict(BENCH, baseline_step_s=1.0, optimized_step_s=0.99, speedup=1.0101, memory_reduction=0.01)
+    slow = dict(BENCH, baseline_step_s=1.0, optimized_step_s=0.99, speedup=1.0101, memory_reduction=0.01, memory=None)
     body = _body(bench=slow)
     assert "would not open a pull request" in body
     assert "would not open" not in _body()
@@ -80,7 +83,7 @@ def test_decision_rules():
     v = Verification.from_any(VERIFICATION)
     fast = Benchmark.from_any(BENCH)
     assert decide(v, fast).open_pr
-    lean = Benchmark.from_any(dict(BENCH, speedup=1.0, memory_reduction=0.2))
+    lean = Benchmark.from_any(dict(BENCH, speedup=1.0, memory_reduction=0.2, memory=None))
     assert decide(v, lean).open_pr and "memory" in decide(v, lean).reason
     assert not decide(v, fast, min_gain=0.7).open_pr
     failed = Verification.from_any(dict(VERIFICATION, combined={"status": "failed"}))
@@ -98,7 +101,9 @@ def test_worker_context_form_renders():
         "base_sha": "abc123", "mention": "@adopter-bot", "scan_id": 7,
     })
     assert "git checkout abc123" in body and "@adopter-bot rescan" in body
-    assert "| Median step time | 20.0 ms | 10.0 ms | 2.00x faster |" in body
+    # the worker's summary record has two medians and no rounds: a point without an interval is not called faster
+    assert "| Median step time | 20.0 ms | 10.0 ms | 2.00x (within noise) | not bounded |" in body
+    assert "no confidence interval was measured" in body
     assert "adopter-identity: adopter/x scan: 7" in body
 
 
@@ -123,9 +128,10 @@ def test_a_slower_or_larger_rewrite_is_not_called_faster_or_smaller():
     body = render_pr_body({
         "sites": [{"rule_id": "sdpa-attention", "path": "m.py", "line": 3}],
         "verification": {"status": "passed", "max_abs_err": 1e-7, "cases": []},
-        "bench": {"status": "ok", "baseline_step_s": 0.8, "optimized_step_s": 1.0, "speedup": 0.8,
+        "bench": {"status": "ok", "baseline_step_s": 0.8, "optimized_step_s": 1.0,
+                  "speedup": {"median": 0.8, "ci95": [0.75, 0.85], "samples": 20}, "verdict": "slower",
                   "baseline_peak_bytes": 2**29, "optimized_peak_bytes": 2**30},
     })
-    assert "| Median step time | 800.0 ms | 1.000 s | 1.25x slower |" in body
+    assert "| Median step time | 800.0 ms | 1.000 s | 1.25x slower | 0.75x to 0.85x |" in body
     assert "| Peak memory | 512.0 MiB | 1024.0 MiB | 2.00x more |" in body
     assert "faster" not in body.split("### Benchmark")[1].split("### Environment")[0]
