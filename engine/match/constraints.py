@@ -140,18 +140,20 @@ CHECKS["last_dim"] = _last_dim
 def _last_two_dims(match: Match, ix: MethodIndex) -> str | None:
     """The transpose bound as `$kt` swaps the last two dimensions of `$k`: (-2, -1), or (r-2, r-1)
     where `$k` provably has r dimensions."""
-    node = match.nodes.get("kt")
-    if node is None:
-        return None
-    d0, d1 = node.kwarg("dim0"), node.kwarg("dim1")
-    if not (isinstance(d0, Const) and isinstance(d1, Const) and isinstance(d0.value, int) and isinstance(d1.value, int)):
-        return "the transpose's dimensions are not constants"
-    if ix.shapes.swaps_last_two(node):
-        return None
-    dims = sorted((d0.value, d1.value))
-    rank = rank_of(node.inputs[0], ix) if node.inputs else None
-    known = f" of a {rank}-D tensor" if rank is not None else ""
-    return f"transpose({dims[0]}, {dims[1]}){known} is not provably a swap of the last two dimensions"
+    for key in ("kt", "pt"):  # the key's transpose; the probabilities' (output read back channels-first)
+        node = match.nodes.get(key)
+        if node is None:
+            continue
+        d0, d1 = node.kwarg("dim0"), node.kwarg("dim1")
+        if not (isinstance(d0, Const) and isinstance(d1, Const) and isinstance(d0.value, int) and isinstance(d1.value, int)):
+            return "the transpose's dimensions are not constants"
+        if ix.shapes.swaps_last_two(node):
+            continue
+        dims = sorted((d0.value, d1.value))
+        rank = rank_of(node.inputs[0], ix) if node.inputs else None
+        known = f" of a {rank}-D tensor" if rank is not None else ""
+        return f"transpose({dims[0]}, {dims[1]}){known} is not provably a swap of the last two dimensions"
+    return None
 
 
 CHECKS["last_two_dims"] = _last_two_dims
@@ -224,3 +226,37 @@ def _keep_mask_fill_is_lowest(match: Match, ix: MethodIndex) -> str | None:
 
 
 CHECKS["keep_mask_fill_is_lowest"] = _keep_mask_fill_is_lowest
+
+
+def _score_factor_is_constant(match: Match, ix: MethodIndex) -> str | None:
+    """A tensor `$temp` multiplying the scores (a learned temperature) is constant along their last
+    two axes (query and key): its rank is proven and those axes are size 1 (`nn.Parameter(
+    torch.ones(heads, 1, 1))`), so it can be folded into the query (`(q * temp) @ k^T == (q @ k^T) *
+    temp`) and SDPA runs with `scale=1.0`; gradients still reach the parameter."""
+    if "temp" not in match.bindings:
+        return None
+    temp = match.bindings["temp"]
+    shape = ix.shapes.shape(temp)
+    if shape is not None and shape.exact and all(a.unit for a in shape.axes[-2:]):
+        return None
+    text = getattr(temp, "text", None) or getattr(temp, "name", "the factor").split(".")[0]
+    if shape is not None and shape.exact:
+        return f"the score factor `{text}` varies along the query or key axis (its last two axes are not size 1)"
+    return f"the score factor `{text}` is not provably constant along the query and key axes"
+
+
+CHECKS["score_factor_is_constant"] = _score_factor_is_constant
+
+
+def _row_max_over_key_axis(match: Match, ix: MethodIndex) -> str | None:
+    """Subtracting the scores' maximum over the key axis (`s - s.amax(-1, keepdim=True)`, detached
+    or not) before the softmax changes nothing: the softmax is invariant to a per-row constant."""
+    node = match.nodes.get("rmax")
+    if node is None:
+        return None
+    if ix.shapes.is_last(node.inputs[0] if node.inputs else None, node.kwarg("dim")):
+        return None
+    return f"the maximum subtracted before the softmax is over dim={_dim_text(node.kwarg('dim'))}, not provably the key axis"
+
+
+CHECKS["row_max_over_key_axis"] = _row_max_over_key_axis

@@ -159,6 +159,36 @@ def _shape_check(use: Node, ix: MethodIndex):
     return final.pos
 
 
+_FUSED_MARKERS = ("scaled_dot_product_attention", "flash_attn", "memory_efficient_attention", "flex_attention")
+
+
+def _already_fused(match: Match, ix: MethodIndex) -> str | None:
+    """A function that already calls the rule's kernel (or a flash kernel) on another branch of a
+    condition the match sits under (`if self.fused_attn: F.scaled_dot_product_attention(...) else:
+    <manual>`) keeps its manual path as a deliberate fallback: reported `already-fused`, never
+    rewritten."""
+    kernel = (match.rule.kernel or "").rsplit(".", 1)[-1]
+    markers = tuple(m for m in (*_FUSED_MARKERS, kernel) if m)
+    if not any(m in kernel for m in _FUSED_MARKERS):
+        return None  # only attention kernels have fused paths written next to manual ones
+    taken = dict(match.conditions)
+    taken.update({c.id: c.taken for c in match.root.guard})
+    found = []
+    for node in ix.method.nodes:
+        if node.kind not in ("op", "layer") or not any(m in node.op or (node.target and m in node.target) for m in markers):
+            continue
+        for depth, cond in enumerate(node.guard):
+            if taken.get(cond.id, cond.taken) != cond.taken:
+                found.append((-depth, node, cond))  # the innermost split: the fused twin of this very code
+                break
+    if not found:
+        return None
+    _, node, cond = min(found, key=lambda f: f[0])
+    line = f" at line {node.pos.line}" if node.pos is not None else ""
+    return (f"already-fused: the function calls {node.target or node.op}{line} when `{cond.text}` is "
+            f"{'true' if cond.taken else 'false'}; the code matched is its fallback")
+
+
 def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding:
     rule = match.rule
     nodes = match.matched_nodes
@@ -185,6 +215,9 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding:
         return near_miss(match.pattern.near_miss)
     if match.relaxed:
         return near_miss("constant differs from the rule: " + "; ".join(match.relaxed))
+    fused = _already_fused(match, ix)
+    if fused:
+        return near_miss(fused)
     for name in rule.constraints:
         problem = constraints.CHECKS[name](match, ix)
         if problem:
