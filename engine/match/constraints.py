@@ -260,3 +260,24 @@ def _row_max_over_key_axis(match: Match, ix: MethodIndex) -> str | None:
 
 
 CHECKS["row_max_over_key_axis"] = _row_max_over_key_axis
+
+
+def _stats_over_last_axis(match: Match, ix: MethodIndex) -> str | None:
+    """The statistics of a norm (the mean bound as `$mu` or `$ms`, the variance as `$var`) are taken
+    over the last axis of their input: `dim=-1`, or d where the input provably has d + 1 axes. A
+    channels-first norm (statistics over dim 1 of a 4-D value) is not what the fused kernel computes."""
+    for key in ("mu", "ms", "var"):
+        node = match.nodes.get(key)
+        if node is None:
+            continue
+        dim = node.kwarg("dim")
+        source = node.inputs[0] if node.inputs else None
+        if ix.shapes.is_last(source, dim):
+            continue
+        rank = ix.shapes.rank(source)
+        known = f" of a {rank}-D tensor" if rank is not None else ""
+        return f"the statistics are over dim={_dim_text(dim)}{known}, not provably the last dimension"
+    return None
+
+
+CHECKS["stats_over_last_axis"] = _stats_over_last_axis
