@@ -239,7 +239,8 @@ class Synthesizer:
             self._check_removable(located, method_nodes, matched_ids, match)
 
         new_code = layout.result(match, render_template(
-            match.rule.rewrite, layout.lookup(match, lambda name: self.lookup(name, match, root_expr))))
+            match.rule.rewrite, layout.lookup(match, lambda name: self.lookup(name, match, root_expr),
+                                              lambda operand: self.render(operand, match))))
         try:
             new_expr = cst.parse_expression(new_code)
         except cst.ParserSyntaxError as exc:
