@@ -281,3 +281,22 @@ def _stats_over_last_axis(match: Match, ix: MethodIndex) -> str | None:
 
 
 CHECKS["stats_over_last_axis"] = _stats_over_last_axis
+
+
+_BATCHED_3D = {"torch.bmm", ".bmm", "torch.baddbmm", ".baddbmm"}
+
+
+def _products_run_as_written(match: Match, ix: MethodIndex) -> str | None:
+    """Every matched `torch.bmm` takes 3-D operands: a `bmm` of a value with a proven other rank raises
+    as written, so that path computes nothing a rewrite could preserve (and must not be made to run)."""
+    for node in match.nodes.values():
+        if node.op != "matmul" or node.target not in _BATCHED_3D:
+            continue
+        for operand in node.inputs[:2]:
+            rank = ix.shapes.rank(operand)
+            if rank is not None and rank != 3:
+                return f"`{node.target}` of a {rank}-D tensor raises as written (bmm takes 3-D operands)"
+    return None
+
+
+CHECKS["products_run_as_written"] = _products_run_as_written
