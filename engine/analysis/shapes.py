@@ -177,6 +177,11 @@ class ShapeFacts:
             return None
         if node.kind == "phi":
             return _join([self.shape(i) for i in node.inputs if isinstance(i, Var)])
+        if node.op == "?" and node.target and node.target.startswith("self.") and not node.inputs:
+            # `self.temperature.exp()` (an unknown callee to the extractor): a shape-keeping method of
+            # a parameter built in `__init__`
+            base, _, method = node.target.rpartition(".")
+            return self.attribute_shape(base) if "." + method in _SAME_SHAPE or method in _SAME_SHAPE else None
         if node.kind == "layer":
             return self._layer(node)
         if node.kind != "op":

@@ -239,7 +239,9 @@ def _score_factor_is_constant(match: Match, ix: MethodIndex) -> str | None:
     shape = ix.shapes.shape(temp)
     if shape is not None and shape.exact and all(a.unit for a in shape.axes[-2:]):
         return None
-    text = getattr(temp, "text", None) or getattr(temp, "name", "the factor").split(".")[0]
+    node = ix.defs.get(temp.name) if isinstance(temp, Var) else None
+    text = getattr(temp, "text", None) or (node.target if node is not None and node.target else None) \
+        or getattr(temp, "name", "the factor").split(".")[0]
     if shape is not None and shape.exact:
         return f"the score factor `{text}` varies along the query or key axis (its last two axes are not size 1)"
     return f"the score factor `{text}` is not provably constant along the query and key axes"

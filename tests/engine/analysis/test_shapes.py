@@ -106,3 +106,10 @@ def test_a_merge_keeps_only_what_every_branch_proves():
     p = f.shape(last(m, "p"))
     assert p is not None and p.rank is None
     assert f.is_last(last(m, "p"), Const(-1))
+
+
+def test_a_shape_keeping_method_of_a_parameter_keeps_its_constructor_shape():
+    f, m = facts("t = self.temperature.exp()\nu = self.temperature.unknown()", params="x",
+                 init="self.temperature = nn.Parameter(torch.ones(heads, 1, 1))")
+    assert f.trailing_units(last(m, "t"), 2)
+    assert f.shape(last(m, "u")) is None
