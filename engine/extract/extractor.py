@@ -1458,16 +1458,19 @@ class _MethodExtractor:
         eq_arg, operands = (e.args[0], e.args[1:]) if name != "einops.einsum" else (e.args[-1], e.args[:-1])
         if not (isinstance(eq_arg, ast.Constant) and isinstance(eq_arg.value, str)):
             return None
-        kind = _einsum_product(eq_arg.value, einops=name == "einops.einsum")
-        if kind is None:
+        plan = _einsum_product(eq_arg.value, einops=name == "einops.einsum")
+        if plan is None:
             return None
+        swap_a, swap_b, a_first = plan
         a, b = (self.expr(x, scope, guard) for x in operands)
         spelled = f"{name}({eq_arg.value!r})"  # the equation stays visible (rank inference reads it)
-        if kind == "a @ b^T":
-            kt = self.emit("op", "transpose", (b,), (("dim0", Const(-2)), ("dim1", Const(-1))), guard, e,
-                           target=name)
-            b = _VARS[kt[0]]
-        out = self.emit("op", "matmul", (a, b), (), guard, e, target=spelled)
+        if swap_a:
+            at = self.emit("op", "transpose", (a,), (("dim0", Const(-2)), ("dim1", Const(-1))), guard, e, target=name)
+            a = _VARS[at[0]]
+        if swap_b:
+            bt = self.emit("op", "transpose", (b,), (("dim0", Const(-2)), ("dim1", Const(-1))), guard, e, target=name)
+            b = _VARS[bt[0]]
+        out = self.emit("op", "matmul", (a, b) if a_first else (b, a), (), guard, e, target=spelled)
         return _VARS[out[0]]
 
     def layer_call(self, target: str, e: ast.Call, scope: _Scope, guard: tuple[Cond, ...]) -> Operand:
@@ -1616,10 +1619,13 @@ def _uniform(items: tuple[LayerDef, ...]) -> bool:
     return len({i.type for i in items}) == 1
 
 
-def _einsum_product(equation: str, einops: bool = False) -> str | None:
-    """'a @ b' or 'a @ b^T' when the two-operand einsum `equation` is that batched product: the
-    same batch labels in the same order on both operands and the output, then (i, x) with (x, j)
-    or (j, x) into (i, j)."""
+def _einsum_product(equation: str, einops: bool = False) -> tuple[bool, bool, bool] | None:
+    """How the two-operand einsum `equation` is a batched matrix product, as (transpose the first
+    operand, transpose the second, first operand on the left): the same batch labels in the same
+    order on both operands and the output, then each operand's last two labels share exactly one
+    label (contracted), and the output's last two are the other two in either order. So
+    `bhid,bhjd->bhij` is `a @ b^T`, `bhdi,bhdj->bhij` (channels-first) is `a^T @ b`, and
+    `bhij,bhjd->bhdi` (output read back channels-first) is `b^T @ a^T`."""
     lhs, arrow, out = equation.partition("->")
     parts = lhs.split(",")
     if not arrow or len(parts) != 2:
@@ -1628,15 +1634,23 @@ def _einsum_product(equation: str, einops: bool = False) -> str | None:
     if a is None or b is None or o is None or min(len(a), len(b), len(o)) < 2:
         return None
     batch = a[:-2]
-    if b[:-2] != batch or o[:-2] != batch or len(set(a)) != len(a) or len(set(b)) != len(b):
+    if b[:-2] != batch or o[:-2] != batch or len(set(a)) != len(a) or len(set(b)) != len(b) or len(set(o)) != len(o):
         return None
-    (i, x), (j0, j1), (oi, oj) = a[-2:], b[-2:], o[-2:]
-    if i == x or oi != i or oj in batch or oj in (i, x) or i in batch or x in batch:
+    a2, b2, o2 = a[-2:], b[-2:], o[-2:]
+    if "..." in a2 or "..." in b2 or "..." in o2 or any(x in batch for x in (*a2, *b2, *o2)):
         return None
-    if (j0, j1) == (x, oj):
-        return "a @ b"
-    if (j0, j1) == (oj, x):
-        return "a @ b^T"
+    shared = set(a2) & set(b2)
+    if len(shared) != 1:
+        return None
+    x = shared.pop()
+    i = a2[0] if a2[1] == x else a2[1]
+    j = b2[0] if b2[1] == x else b2[1]
+    if i == j or x in o2:
+        return None
+    if o2 == (i, j):
+        return (a2 == (x, i), b2 == (j, x), True)  # (batch, i, x) @ (batch, x, j)
+    if o2 == (j, i):
+        return (a2 == (i, x), b2 == (x, j), False)  # (batch, j, x) @ (batch, x, i)
     return None
 
 

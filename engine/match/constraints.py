@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from engine.dsl import canonical as C
 from engine.dsl.ir import Const, Seq, Sym, Var
 from engine.match.matcher import Match, MethodIndex, numeric
 
@@ -111,88 +110,26 @@ CHECKS: dict[str, Callable[[Match, MethodIndex], str | None]] = {
 
 
 # ---------------------------------------------------------------------------------------------
-# Rank inference, for dimension arguments
+# Dimensions by meaning (engine.analysis.shapes): which axis a dimension argument names
 
 
-_SAME_RANK_OPS = {"torch.cat", "cat", "unpack", ".repeat", ".expand", ".expand_as", "add", "sub", "mul", "div", "scale", "masked_fill", "dropout", "softmax", "log_softmax", "neg",
-                  ".to", ".float", ".half", ".type_as", ".type", ".contiguous", ".clone", "assign", "transpose",
-                  "gelu", "relu", "silu", "tanh", "sigmoid", "exp", "sqrt", "rsqrt", "pow", "erf", ".masked_fill_"}
+def rank_of(operand, ix: MethodIndex) -> int | None:
+    """The number of dimensions of a value where the code proves it (see engine.analysis.shapes)."""
+    return ix.shapes.rank(operand)
 
 
-def rank_of(operand, ix: MethodIndex, depth: int = 0) -> int | None:
-    """The number of dimensions of a value where the code makes it certain (einsum output spec,
-    view/reshape/permute with listed sizes, ops that keep their input's rank)."""
-    if depth > 40 or not isinstance(operand, Var):
-        return None
-    node = ix.defs.get(operand.name)
-    if node is None:
-        return None
-    if node.kind == "phi":
-        ranks = {rank_of(i, ix, depth + 1) for i in node.inputs}
-        return ranks.pop() if len(ranks) == 1 else None
-    op = node.op
-    if op == "torch.einsum" and node.inputs and isinstance(node.inputs[0], Const) and isinstance(node.inputs[0].value, str):
-        spec = node.inputs[0].value.replace(" ", "")
-        if "->" in spec and "..." not in spec:
-            return len(spec.split("->", 1)[1])
-        return None
-    if op in (".view", ".reshape", ".permute", "torch.reshape"):
-        args = node.inputs[1:]
-        if len(args) == 1 and isinstance(args[0], Var):
-            # `.view(*shape)` / `.view(shape)` with `shape = (a, b, c)` assigned just before
-            shape = ix.defs.get(args[0].name)
-            if shape is not None and shape.op == "assign" and shape.inputs and isinstance(shape.inputs[0], Seq):
-                return len(shape.inputs[0].items)
-            return None
-        if len(args) == 1 and isinstance(args[0], Seq):
-            return len(args[0].items)
-        if len(args) == 1 and isinstance(args[0], Const) and isinstance(args[0].value, tuple):
-            return len(args[0].value)
-        if args and all(not isinstance(a, Seq) and not (isinstance(a, Var) and ix.defs.get(a.name) is not None
-                                                       and ix.defs[a.name].op in ("add",)) for a in args):
-            return len(args) if len(args) > 1 or isinstance(args[0], Const) else None
-        return None
-    if op == "getitem" and len(node.inputs) == 2:
-        index = node.inputs[1]
-        text = index.text if isinstance(index, Sym) else None
-        if text is not None and "None" not in text and all(":" in part or part.strip() == "..." for part in text.split(",")):
-            return rank_of(node.inputs[0], ix, depth + 1)  # slicing keeps the rank
-        return None
-    if op in ("torch.cat", "cat") and node.inputs and isinstance(node.inputs[0], Seq):
-        # torch.cat requires every input to have the same number of dimensions: one known is enough
-        ranks = {rank_of(i, ix, depth + 1) for i in node.inputs[0].items} - {None}
-        return ranks.pop() if len(ranks) == 1 else None
-    if op == "matmul" and node.target is not None and node.target.endswith("')") and "einsum(" in node.target:
-        # an einsum extracted as a matrix product: `torch.einsum('bhid,bhjd->bhij')`
-        spec = node.target.partition("(")[2][1:-2]
-        axes = C.einsum_axes(spec.partition("->")[2], einops=node.target.startswith("einops."))
-        if axes is not None and "..." not in axes:
-            return len(axes)
-    if op == "matmul":
-        ranks = [rank_of(i, ix, depth + 1) for i in node.inputs[:2]]
-        return max(ranks) if all(r is not None for r in ranks) else None  # type: ignore[type-var]
-    if node.kind == "layer":
-        layer = ix.layer_for(node)
-        if layer is not None and layer.type in ("torch.nn.Dropout", "torch.nn.Softmax"):
-            return rank_of(node.inputs[0], ix, depth + 1) if node.inputs else None
-        return None
-    if op in _SAME_RANK_OPS and node.inputs:
-        ranks = [rank_of(i, ix, depth + 1) for i in node.inputs if isinstance(i, Var)]
-        known = [r for r in ranks if r is not None]
-        return max(known) if known else None
-    return None
+def _dim_text(dim) -> str:
+    return str(getattr(dim, "text", getattr(dim, "value", dim)))
 
 
 def _last_dim(match: Match, ix: MethodIndex) -> str | None:
     """`$dim` is the last dimension of `$x`: -1, or d where `$x` provably has d + 1 dimensions."""
     dim = match.bindings.get("dim")
     if not isinstance(dim, Const) or isinstance(dim.value, bool) or not isinstance(dim.value, int):
-        return f"dim={getattr(dim, 'text', getattr(dim, 'value', dim))} is not a constant"
-    if dim.value == -1:
+        return f"dim={_dim_text(dim)} is not a constant"
+    if ix.shapes.is_last(match.bindings.get("x"), dim):
         return None
     rank = rank_of(match.bindings.get("x"), ix)
-    if dim.value >= 0 and rank is not None and dim.value == rank - 1:
-        return None
     known = f" of a {rank}-D tensor" if rank is not None else ""
     return f"dim={dim.value}{known} is not provably the last dimension"
 
@@ -203,23 +140,58 @@ CHECKS["last_dim"] = _last_dim
 def _last_two_dims(match: Match, ix: MethodIndex) -> str | None:
     """The transpose bound as `$kt` swaps the last two dimensions of `$k`: (-2, -1), or (r-2, r-1)
     where `$k` provably has r dimensions."""
-    node = match.nodes.get("kt")
-    if node is None:
-        return None
-    d0, d1 = node.kwarg("dim0"), node.kwarg("dim1")
-    if not (isinstance(d0, Const) and isinstance(d1, Const) and isinstance(d0.value, int) and isinstance(d1.value, int)):
-        return "the transpose's dimensions are not constants"
-    dims = sorted((d0.value, d1.value))
-    if dims == [-2, -1]:
-        return None
-    rank = rank_of(node.inputs[0], ix) if node.inputs else None
-    if rank is not None and dims == [rank - 2, rank - 1]:
-        return None
-    known = f" of a {rank}-D tensor" if rank is not None else ""
-    return f"transpose({dims[0]}, {dims[1]}){known} is not provably a swap of the last two dimensions"
+    for key in ("kt", "pt"):  # the key's transpose; the probabilities' (output read back channels-first)
+        node = match.nodes.get(key)
+        if node is None:
+            continue
+        d0, d1 = node.kwarg("dim0"), node.kwarg("dim1")
+        if not (isinstance(d0, Const) and isinstance(d1, Const) and isinstance(d0.value, int) and isinstance(d1.value, int)):
+            return "the transpose's dimensions are not constants"
+        if ix.shapes.swaps_last_two(node):
+            continue
+        dims = sorted((d0.value, d1.value))
+        rank = rank_of(node.inputs[0], ix) if node.inputs else None
+        known = f" of a {rank}-D tensor" if rank is not None else ""
+        return f"transpose({dims[0]}, {dims[1]}){known} is not provably a swap of the last two dimensions"
+    return None
 
 
 CHECKS["last_two_dims"] = _last_two_dims
+
+
+def _softmax_over_key_axis(match: Match, ix: MethodIndex) -> str | None:
+    """The softmax bound as `$p0` normalizes over the key axis: the axis the score product `$s0`
+    took from its right operand (its last axis), wherever transposes moved it and whatever constant
+    names it (`dim=-1`, `dim=3` of a 4-D value, `dim=2` after `bmm`)."""
+    soft, scores = match.nodes.get("p0"), match.nodes.get("s0")
+    if soft is None or scores is None or not scores.outputs:
+        return None
+    dim = soft.kwarg("dim")
+    if dim is None and soft.kind == "layer":
+        layer = ix.layer_for(soft)
+        dim = layer.kwarg("dim", layer.args[0] if layer is not None and layer.args else None) if layer else None
+    if not isinstance(dim, Const) or isinstance(dim.value, bool) or not isinstance(dim.value, int):
+        return f"softmax dim={_dim_text(dim)} is not a constant"
+    facts = ix.shapes
+    product = facts.shape(Var(scores.outputs[0]))
+    source = soft.inputs[0] if soft.inputs else None
+    axis = facts.axis(source, dim)
+    rank = facts.rank(source)
+    known = f" of a {rank}-D tensor" if rank is not None else ""
+    if product is not None and axis is not None:
+        if axis.id == product.axes[-1].id:
+            return None
+        if len(product.axes) >= 2 and axis.id == product.axes[-2].id:
+            return f"softmax dim={dim.value}{known} is over the query axis, not the key axis"
+    # the statements between the product and the softmax are the pattern's elementwise ones, which
+    # keep every axis where it is: the last axis there is the key axis even where a merge of branches
+    # (a bias added on one path only) lost the identity
+    if facts.is_last(source, dim):
+        return None
+    return f"softmax dim={dim.value}{known} is not provably the key axis (the last dimension of the scores)"
+
+
+CHECKS["softmax_over_key_axis"] = _softmax_over_key_axis
 
 
 def _keep_mask_fill_is_lowest(match: Match, ix: MethodIndex) -> str | None:
@@ -254,3 +226,79 @@ def _keep_mask_fill_is_lowest(match: Match, ix: MethodIndex) -> str | None:
 
 
 CHECKS["keep_mask_fill_is_lowest"] = _keep_mask_fill_is_lowest
+
+
+def _score_factor_is_constant(match: Match, ix: MethodIndex) -> str | None:
+    """A tensor `$temp` multiplying the scores (a learned temperature) is constant along their last
+    two axes (query and key): its rank is proven and those axes are size 1 (`nn.Parameter(
+    torch.ones(heads, 1, 1))`), so it can be folded into the query (`(q * temp) @ k^T == (q @ k^T) *
+    temp`) and SDPA runs with `scale=1.0`; gradients still reach the parameter."""
+    if "temp" not in match.bindings:
+        return None
+    temp = match.bindings["temp"]
+    shape = ix.shapes.shape(temp)
+    if shape is not None and shape.exact and all(a.unit for a in shape.axes[-2:]):
+        return None
+    node = ix.defs.get(temp.name) if isinstance(temp, Var) else None
+    text = getattr(temp, "text", None) or (node.target if node is not None and node.target else None) \
+        or getattr(temp, "name", "the factor").split(".")[0]
+    if shape is not None and shape.exact:
+        return f"the score factor `{text}` varies along the query or key axis (its last two axes are not size 1)"
+    return f"the score factor `{text}` is not provably constant along the query and key axes"
+
+
+CHECKS["score_factor_is_constant"] = _score_factor_is_constant
+
+
+def _row_max_over_key_axis(match: Match, ix: MethodIndex) -> str | None:
+    """Subtracting the scores' maximum over the key axis (`s - s.amax(-1, keepdim=True)`, detached
+    or not) before the softmax changes nothing: the softmax is invariant to a per-row constant."""
+    node = match.nodes.get("rmax")
+    if node is None:
+        return None
+    if ix.shapes.is_last(node.inputs[0] if node.inputs else None, node.kwarg("dim")):
+        return None
+    return f"the maximum subtracted before the softmax is over dim={_dim_text(node.kwarg('dim'))}, not provably the key axis"
+
+
+CHECKS["row_max_over_key_axis"] = _row_max_over_key_axis
+
+
+def _stats_over_last_axis(match: Match, ix: MethodIndex) -> str | None:
+    """The statistics of a norm (the mean bound as `$mu` or `$ms`, the variance as `$var`) are taken
+    over the last axis of their input: `dim=-1`, or d where the input provably has d + 1 axes. A
+    channels-first norm (statistics over dim 1 of a 4-D value) is not what the fused kernel computes."""
+    for key in ("mu", "ms", "var"):
+        node = match.nodes.get(key)
+        if node is None:
+            continue
+        dim = node.kwarg("dim")
+        source = node.inputs[0] if node.inputs else None
+        if ix.shapes.is_last(source, dim):
+            continue
+        rank = ix.shapes.rank(source)
+        known = f" of a {rank}-D tensor" if rank is not None else ""
+        return f"the statistics are over dim={_dim_text(dim)}{known}, not provably the last dimension"
+    return None
+
+
+CHECKS["stats_over_last_axis"] = _stats_over_last_axis
+
+
+_BATCHED_3D = {"torch.bmm", ".bmm", "torch.baddbmm", ".baddbmm"}
+
+
+def _products_run_as_written(match: Match, ix: MethodIndex) -> str | None:
+    """Every matched `torch.bmm` takes 3-D operands: a `bmm` of a value with a proven other rank raises
+    as written, so that path computes nothing a rewrite could preserve (and must not be made to run)."""
+    for node in match.nodes.values():
+        if node.op != "matmul" or node.target not in _BATCHED_3D:
+            continue
+        for operand in node.inputs[:2]:
+            rank = ix.shapes.rank(operand)
+            if rank is not None and rank != 3:
+                return f"`{node.target}` of a {rank}-D tensor raises as written (bmm takes 3-D operands)"
+    return None
+
+
+CHECKS["products_run_as_written"] = _products_run_as_written

@@ -32,6 +32,7 @@ EQUIVALENT_KERNELS: dict[str, tuple[str, ...]] = {
         "flash_attn.",  # flash_attn_func, flash_attn_qkvpacked_func, flash_attn_varlen_func, ...
         "xformers.ops.memory_efficient_attention",
         "xformers.ops.fmha.",
+        "torch.nn.attention.flex_attention.flex_attention",
     ),
 }
 _WRAPPER_DEPTH = 3  # how many local function layers between a call and the kernel are followed

@@ -27,6 +27,7 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from engine.analysis.shapes import ShapeFacts
 from engine.dsl import canonical as C
 from engine.dsl.ir import (
     ClassModel,
@@ -292,6 +293,14 @@ class MethodIndex:
         self.by_op = by_op
         self.by_target = by_target
         self.cond_text = cond_text
+
+    @property
+    def shapes(self) -> ShapeFacts:
+        """The method's shape and layout facts (engine.analysis), derived on first question."""
+        facts = self.__dict__.get("_shapes")
+        if facts is None:
+            facts = self.__dict__["_shapes"] = ShapeFacts(self.method, self.cls, self.defs)
+        return facts
 
     @property
     def info(self) -> ClassInfo:

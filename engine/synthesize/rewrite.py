@@ -21,6 +21,7 @@ from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
 from engine.dsl.ir import Const, Node, Operand, Pos, Seq, Sym, Var
 from engine.match.matcher import Finding, Match
+from engine.synthesize import layout
 from engine.synthesize.template import TemplateError, render_template
 
 _TEMP = re.compile(r"^_t\d+$|^_if(\.\d+)?$|^_[A-Za-z_]\w*(\.\d+)?$")
@@ -237,7 +238,9 @@ class Synthesizer:
         for located in others.values():
             self._check_removable(located, method_nodes, matched_ids, match)
 
-        new_code = render_template(match.rule.rewrite, lambda name: self.lookup(name, match, root_expr))
+        new_code = layout.result(match, render_template(
+            match.rule.rewrite, layout.lookup(match, lambda name: self.lookup(name, match, root_expr),
+                                              lambda operand: self.render(operand, match))))
         try:
             new_expr = cst.parse_expression(new_code)
         except cst.ParserSyntaxError as exc:

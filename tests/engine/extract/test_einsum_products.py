@@ -9,19 +9,26 @@ from engine.dsl.ir import Const
 from engine.extract import extract_source
 from engine.extract.extractor import _einsum_product, _swaps_last_two
 
+AB_T = (False, True, True)  # (transpose the first operand, transpose the second, first on the left)
+AB = (False, False, True)
+
 
 @pytest.mark.parametrize(("equation", "einops", "kind"), [
-    ("bhid,bhjd->bhij", False, "a @ b^T"),
-    ("b h i d, b h j d -> b h i j", False, "a @ b^T"),   # torch ignores spaces
-    ("b h i d, b h j d -> b h i j", True, "a @ b^T"),
-    ("batch i d, batch j d -> batch i j", True, "a @ b^T"),  # einops names
-    ("...id,...jd->...ij", False, "a @ b^T"),
-    ("bhij,bhjd->bhid", False, "a @ b"),
-    ("ij,jk->ik", False, "a @ b"),
+    ("bhid,bhjd->bhij", False, AB_T),
+    ("b h i d, b h j d -> b h i j", False, AB_T),   # torch ignores spaces
+    ("b h i d, b h j d -> b h i j", True, AB_T),
+    ("batch i d, batch j d -> batch i j", True, AB_T),  # einops names
+    ("...id,...jd->...ij", False, AB_T),
+    ("bhij,bhjd->bhid", False, AB),
+    ("ij,jk->ik", False, AB),
     ("b h i d, b j d -> b h i j", True, None),   # the key lacks the head axis: broadcasting differs
-    ("bhid,bhjd->bhji", False, None),            # transposed output
+    ("bhid,bhjd->bhji", False, (True, False, False)),  # output transposed: b @ a^T
+    ("bhdi,bhdj->bhij", False, (True, False, True)),   # channels-first operands: a^T @ b
+    ("b h i j, b h j d -> b h d i", True, (True, True, False)),  # read back channels-first: b^T @ a^T
+    ("bhij,bhdj->bhdi", False, (True, False, False)),  # value stored (d, j): b @ a^T
     ("bnhk,bmk->bnhm", False, None),
-    ("bct,bcs->bts", False, None),               # contracts the second-to-last axis
+    ("bct,bcs->bts", False, (True, False, True)),   # contracts the second-to-last axis: a^T @ b
+    ("bij,bij->bij", False, None),               # no contracted label
     ("bhid,bhid->bhi", False, None),
     ("bhid,bhjd,bhje->bhie", False, None),
 ])
@@ -55,4 +62,7 @@ class A(nn.Module):
     assert ops[1] == ("matmul", "torch.einsum('bhid,bhjd->bhij')")
     assert ("transpose", ".permute") in ops
     assert ("matmul", "torch.einsum('bhij,bhjd->bhid')") in ops
-    assert ("torch.einsum", None) in ops  # the transposed output stays an einsum call
+    # the transposed output is the product the other way round: matmul(k, transpose(q))
+    assert ops[-2:] == [("transpose", "torch.einsum"), ("matmul", "torch.einsum('bhid,bhjd->bhji')")]
+    nodes = [n for n in fm.classes[0].methods[0].nodes if n.kind == "op"]
+    assert nodes[-1].inputs[0].name == "k" and nodes[-2].inputs[0].name == "q"

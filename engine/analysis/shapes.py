@@ -1,0 +1,795 @@
+"""Shape and layout facts over one extracted method: for a tensor value, what the code proves about
+its axes.
+
+A value's `Shape` lists its trailing axes, right-aligned (broadcasting aligns from the right, so the
+last axes of an elementwise result are the last axes of its operands even when an operand's rank is
+unknown), each an `Axis` with an identity that survives transposes, permutes, elementwise ops,
+softmax, dropout and casts. `exact` says the list is every axis (the rank is proven). Identities
+answer the questions matching asks by meaning: "is this softmax over the key axis?" is "does the
+softmax's dimension name the axis that the score product took from its right operand?", whatever
+constant spells it (`dim=-1`, `dim=3` of a rank-4 value, `dim=2` after `bmm`).
+
+Facts are proven or absent: an op this module does not understand gives no shape (None), never a
+guess. The analysis runs on demand, per value, memoized per method (a match asks about a handful of
+values; most methods are never asked).
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+from dataclasses import dataclass
+from functools import lru_cache
+
+from engine.dsl import canonical as C
+from engine.dsl.ir import ClassModel, Const, Method, Node, Operand, Seq, Sym, Var
+
+_IDS = itertools.count(1)
+
+
+@dataclass(frozen=True, slots=True)
+class Axis:
+    """One axis. `id` is its identity (same id: the same axis, moved); `unit` it is provably size 1."""
+
+    id: int
+    unit: bool = False
+
+
+def fresh(unit: bool = False) -> Axis:
+    return Axis(next(_IDS), unit)
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """The trailing axes of a value, left to right; `exact`: they are all of its axes."""
+
+    axes: tuple[Axis, ...]
+    exact: bool
+
+    @property
+    def rank(self) -> int | None:
+        return len(self.axes) if self.exact else None
+
+    def position(self, dim: int) -> int | None:
+        """Index into `axes` of dimension `dim` (negative counts from the end), where provable."""
+        n = len(self.axes)
+        if dim < 0:
+            return n + dim if -dim <= n else None
+        if not self.exact:
+            return None
+        return dim if dim < n else None
+
+    def axis(self, dim: int) -> Axis | None:
+        i = self.position(dim)
+        return None if i is None else self.axes[i]
+
+    def is_last(self, dim: int) -> bool:
+        i = self.position(dim)
+        return i is not None and i == len(self.axes) - 1
+
+
+def _int(operand: Operand | None) -> int | None:
+    if isinstance(operand, Const) and isinstance(operand.value, int) and not isinstance(operand.value, bool):
+        return operand.value
+    if isinstance(operand, Sym):
+        try:
+            value = ast.literal_eval(operand.text)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            return None
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+    return None
+
+
+# ops that keep their (first) input's shape exactly
+_SAME_SHAPE = {
+    "softmax", "log_softmax", "dropout", "neg", "exp", "sqrt", "rsqrt", "pow", "erf", "gelu", "relu", "silu",
+    "tanh", "sigmoid", "scale", "assign", ".to", ".float", ".half", ".bfloat16", ".double", ".type_as", ".type",
+    ".contiguous", ".clone", ".detach", ".masked_fill", ".masked_fill_", "masked_fill", ".softmax", ".clamp",
+    "torch.clamp", ".abs", "torch.abs", ".exp", "torch.log", ".log", ".sigmoid", "torch.nn.functional.normalize",
+    ".requires_grad_", ".float32", ".nan_to_num", "torch.nan_to_num", ".mul_", ".add_", ".div_", ".sub_",
+    ".clamp_", ".clamp_min", ".clamp_max", "torch.nn.functional.dropout",
+    # select, gather, roll or flip along an axis: the same axes (the selected one changes its size)
+    ".index_select", "torch.index_select", ".gather", "torch.gather", ".roll", "torch.roll", ".flip", "torch.flip",
+}
+# elementwise with broadcasting: every tensor operand aligned from the right
+_BROADCAST = {"add", "sub", "mul", "div", "torch.where", "torch.maximum", "torch.minimum", "masked_fill"}
+# layers that keep their input's shape
+_SAME_SHAPE_LAYERS = {"torch.nn.Dropout", "torch.nn.Softmax", "torch.nn.Identity", "torch.nn.GELU", "torch.nn.ReLU",
+                      "torch.nn.SiLU", "torch.nn.Tanh", "torch.nn.Sigmoid", "torch.nn.LayerNorm"}
+# layers that replace the last axis only
+_LAST_AXIS_LAYERS = {"torch.nn.Linear", "torch.nn.LazyLinear", "transformers.pytorch_utils.Conv1D"}
+_FACTORIES = {"torch.ones", "torch.zeros", "torch.randn", "torch.rand", "torch.empty", "torch.full", "torch.tensor"}
+_PARAM_WRAPPERS = {"torch.nn.Parameter", "torch.nn.parameter.Parameter"}
+
+
+class ShapeFacts:
+    """The shape facts of one method (and its class's `__init__` for parameters)."""
+
+    def __init__(self, method: Method, cls: ClassModel | None = None, defs: dict[str, Node] | None = None) -> None:
+        self.method = method
+        self.cls = cls
+        self.defs = defs if defs is not None else method.defs()
+        self._memo: dict[str, Shape | None] = {}
+        self._attrs: dict[str, Shape | None] | None = None
+        self.contractions: dict[str, tuple[Axis | None, Axis | None]] = {}  # matmul output -> contracted axes
+
+    # -- public questions --------------------------------------------------------------------
+
+    def shape(self, operand: Operand | None) -> Shape | None:
+        if isinstance(operand, Var):
+            name = operand.name
+            if name in self._memo:
+                return self._memo[name]
+            self._memo[name] = None  # a cycle proves nothing
+            found = self._derive(name)
+            self._memo[name] = found
+            return found
+        if isinstance(operand, Sym):
+            return self.attribute_shape(operand.text)
+        return None
+
+    def rank(self, operand: Operand | None) -> int | None:
+        shape = self.shape(operand)
+        return None if shape is None else shape.rank
+
+    def axis(self, operand: Operand | None, dim: Operand | None) -> Axis | None:
+        """The axis that dimension argument `dim` of `operand` names, where provable."""
+        d = _int(dim)
+        shape = self.shape(operand)
+        if d is None or shape is None:
+            return None
+        return shape.axis(d)
+
+    def is_last(self, operand: Operand | None, dim: Operand | None) -> bool:
+        d = _int(dim)
+        if d == -1:
+            return True
+        shape = self.shape(operand)
+        return d is not None and shape is not None and shape.is_last(d)
+
+    def swaps_last_two(self, node: Node) -> bool:
+        """A transpose node that swaps the last two axes of its input."""
+        d0, d1 = _int(node.kwarg("dim0")), _int(node.kwarg("dim1"))
+        if d0 is None or d1 is None:
+            return False
+        if sorted((d0, d1)) == [-2, -1]:
+            return True
+        shape = self.shape(node.inputs[0]) if node.inputs else None
+        if shape is None:
+            return False
+        p = sorted(x for x in (shape.position(d0), shape.position(d1)) if x is not None)
+        n = len(shape.axes)
+        return p == [n - 2, n - 1]
+
+    def trailing_units(self, operand: Operand | None, count: int) -> bool:
+        """The last `count` axes of `operand` are provably size 1 and its rank is proven (so it
+        broadcasts as a per-head or per-batch factor, constant along those axes)."""
+        shape = self.shape(operand)
+        if shape is None or not shape.exact or len(shape.axes) < count:
+            return False
+        return all(a.unit for a in shape.axes[len(shape.axes) - count:])
+
+    # -- derivation ------------------------------------------------------------------------
+
+    def _derive(self, name: str) -> Shape | None:
+        node = self.defs.get(name)
+        if node is None:
+            return None
+        if node.kind == "phi":
+            return _join([self.shape(i) for i in node.inputs if isinstance(i, Var)])
+        if node.op == "?" and node.target and node.target.startswith("self.") and not node.inputs:
+            # `self.temperature.exp()` (an unknown callee to the extractor): a shape-keeping method of
+            # a parameter built in `__init__`
+            base, _, method = node.target.rpartition(".")
+            return self.attribute_shape(base) if "." + method in _SAME_SHAPE or method in _SAME_SHAPE else None
+        if node.kind == "layer":
+            return self._layer(node)
+        if node.kind != "op":
+            return None
+        op = node.op
+        first = node.inputs[0] if node.inputs else None
+        if op == "assign" and isinstance(first, Const) and isinstance(first.value, (int, float)) \
+                and not isinstance(first.value, bool):
+            return Shape((), True)  # a Python number: broadcasts as a 0-d value
+        if op == "transpose":
+            return self._transpose(node)
+        if op in _SAME_SHAPE:
+            return self.shape(first)
+        if op in _BROADCAST:
+            return self._broadcast(node)
+        if op == "matmul":
+            return self._matmul(node, name)
+        if op in (".permute", "torch.permute"):
+            return self._permute(node)
+        if op in (".view", ".reshape", "torch.reshape"):
+            return self._reshape(node)
+        if op in (".unsqueeze", "torch.unsqueeze"):
+            return self._unsqueeze(node)
+        if op in (".squeeze", "torch.squeeze"):
+            return self._squeeze(node)
+        if op in (".flatten", "torch.flatten"):
+            return self._flatten(node)
+        if op in (".unbind", "torch.unbind"):
+            return self._unbind(node)
+        if op in (".chunk", ".split", "torch.chunk", "torch.split", ".tensor_split"):
+            return self._chunk(node)
+        if op in (".amax", ".amin", "torch.amax", ".sum", "sum", "mean", ".mean", ".logsumexp", "torch.logsumexp",
+                  ".max", ".min", ".norm", "var", ".var", ".std"):
+            return self._reduce(node, name)
+        if op == "getitem":
+            return self._getitem(node)
+        if op == "getattr" and len(node.inputs) == 2 and node.inputs[1] in (Const("values"), Const("indices")):
+            return self.shape(first)  # `x.max(dim, keepdim).values`
+        if op in (".expand", ".expand_as", ".repeat"):
+            return self._expand(node)
+        if op in ("torch.cat", "cat"):
+            return self._cat(node)
+        if op in C.EINSUM_FUNCTIONS:
+            return self._einsum(node)
+        if op in ("einops.rearrange", "einops.repeat"):
+            return self._rearrange(node)
+        if op in _FACTORIES:
+            return _factory_shape(node.inputs, node.kwargs)
+        return None
+
+    def _layer(self, node: Node) -> Shape | None:
+        first = node.inputs[0] if node.inputs else None
+        if node.op in _SAME_SHAPE_LAYERS:
+            return self.shape(first)
+        if node.op in _LAST_AXIS_LAYERS:
+            shape = self.shape(first)
+            if shape is None or not shape.axes:
+                return None
+            return Shape(shape.axes[:-1] + (fresh(),), shape.exact)
+        return None
+
+    def _transpose(self, node: Node) -> Shape | None:
+        d0, d1 = _int(node.kwarg("dim0")), _int(node.kwarg("dim1"))
+        if d0 is None or d1 is None:
+            return None
+        shape = self.shape(node.inputs[0]) if node.inputs else None
+        if shape is None:
+            if d0 < 0 and d1 < 0:
+                # transpose(-a, -b) proves at least max(a, b) axes
+                shape = Shape(tuple(fresh() for _ in range(max(-d0, -d1))), False)
+            else:
+                return None
+        i, j = shape.position(d0), shape.position(d1)
+        if i is None or j is None:
+            if d0 < 0 and d1 < 0:
+                pad = max(-d0, -d1) - len(shape.axes)
+                shape = Shape(tuple(fresh() for _ in range(pad)) + shape.axes, False)
+                i, j = shape.position(d0), shape.position(d1)
+            if i is None or j is None:
+                return None
+        axes = list(shape.axes)
+        axes[i], axes[j] = axes[j], axes[i]
+        return Shape(tuple(axes), shape.exact)
+
+    def _broadcast(self, node: Node) -> Shape | None:
+        operands = [o for o in node.inputs if not isinstance(o, Const)]
+        if node.op == "torch.where":
+            operands = operands[1:] + operands[:1]  # the values first: their axes name the result's
+        shapes: list[Shape | None] = []
+        for o in operands:
+            if isinstance(o, Sym) and _is_number_text(o.text):
+                continue
+            shapes.append(self.shape(o))
+        known = [s for s in shapes if s is not None]
+        if not known:
+            return None
+        exact = len(known) == len(shapes) and all(s.exact for s in known)
+        width = max(len(s.axes) for s in known)
+        if not exact and len(known) == len(shapes):
+            exact = self._broadcast_rank_proven([o for o in operands if not (isinstance(o, Sym) and _is_number_text(o.text))])
+        axes: list[Axis] = []
+        for k in range(width, 0, -1):  # trailing position k (1 = last)
+            here = [s.axes[len(s.axes) - k] for s in known if len(s.axes) >= k]
+            non_unit = [a for a in here if not a.unit]
+            if not non_unit:
+                # every operand known here is size 1; a missing (unknown) operand could be larger
+                axes.append(here[0] if exact else Axis(here[0].id, False))
+            else:
+                axes.append(non_unit[0])
+        return Shape(tuple(axes), exact)
+
+    def _broadcast_rank_proven(self, operands: list[Operand]) -> bool:
+        """The result's rank is proven even though an operand is one of several values (`ef = 0` on
+        one branch, a 4-D einsum on the other): every alternative is exact and one operand has the
+        largest rank on every path."""
+        alternatives: list[list[Shape | None]] = []
+        for o in operands:
+            node = self.defs.get(o.name) if isinstance(o, Var) else None
+            if node is not None and node.kind == "phi":
+                alternatives.append([self.shape(i) for i in node.inputs if isinstance(i, Var)])
+            else:
+                alternatives.append([self.shape(o)])
+        if any(s is None or not s.exact for alts in alternatives for s in alts):
+            return False
+        top = max(len(s.axes) for alts in alternatives for s in alts)  # type: ignore[union-attr]
+        return any(all(len(s.axes) == top for s in alts) for alts in alternatives)  # type: ignore[union-attr]
+
+    def _matmul(self, node: Node, name: str) -> Shape | None:
+        if len(node.inputs) < 2:
+            return None
+        left, right = self.shape(node.inputs[0]), self.shape(node.inputs[1])
+        if right is None or len(right.axes) < 2:
+            return None  # a 1-D right operand contracts away the last axis: nothing proven
+        col = right.axes[-1]
+        if left is None or len(left.axes) < 2:
+            if left is not None and left.exact and len(left.axes) == 1:
+                return None
+            # the left operand may be 1-D (then the result has no row axis): only the last axis is proven
+            self.contractions[name] = (left.axes[-1] if left else None, right.axes[-2])
+            return _einsum_rank(node, Shape((col,), False))
+        self.contractions[name] = (left.axes[-1], right.axes[-2])
+        return _einsum_rank(node, self._matmul_axes(left, right))
+
+    def _matmul_axes(self, left: Shape, right: Shape) -> Shape:
+        batch_l, batch_r = left.axes[:-2], right.axes[:-2]
+        width = max(len(batch_l), len(batch_r))
+        batch: list[Axis] = []
+        for k in range(width, 0, -1):
+            a = batch_l[len(batch_l) - k] if len(batch_l) >= k else None
+            b = batch_r[len(batch_r) - k] if len(batch_r) >= k else None
+            pick = a if a is not None and not (a.unit and b is not None) else b
+            batch.append(pick if pick is not None else fresh())
+        return Shape((*batch, left.axes[-2], right.axes[-1]), left.exact and right.exact)
+
+    def _sizes(self, node: Node) -> tuple[Operand, ...] | None:
+        args = node.inputs[1:]
+        if node.op == "torch.reshape" and len(args) == 1:
+            pass
+        if len(args) == 1 and isinstance(args[0], Seq):
+            return args[0].items
+        if len(args) == 1 and isinstance(args[0], Const) and isinstance(args[0].value, tuple):
+            return tuple(Const(v) for v in args[0].value)
+        if len(args) == 1 and isinstance(args[0], Var):
+            shape = self.defs.get(args[0].name)
+            if shape is not None and shape.op == "assign" and shape.inputs and isinstance(shape.inputs[0], Seq):
+                return shape.inputs[0].items  # `shape = (a, b, c)` just before `.view(shape)`
+            return None
+        if len(args) == 1 and isinstance(args[0], Sym):
+            return _sym_sequence(args[0].text)
+        if not args or any(isinstance(a, Seq) for a in args):
+            return None
+        if any(isinstance(a, Var) and (d := self.defs.get(a.name)) is not None and d.op == "add" for a in args):
+            return None  # `x.view(x.size()[:-1] + (h, d))`: one size argument may be a tuple
+        if len(args) == 1 and not isinstance(args[0], Const):
+            return None  # `.view(shape)` of a size object, or `*shape`
+        return args
+
+    def _permute(self, node: Node) -> Shape | None:
+        dims = self._sizes(node)
+        if dims is None:
+            return None
+        order = [_int(d) for d in dims]
+        if any(d is None for d in order):
+            return None
+        n = len(order)
+        norm = [d + n if d < 0 else d for d in order]  # type: ignore[operator]
+        if sorted(norm) != list(range(n)):
+            return None
+        shape = self.shape(node.inputs[0])
+        if shape is None or not shape.exact or len(shape.axes) != n:
+            if shape is not None and shape.exact and len(shape.axes) != n:
+                return None
+            base = shape.axes if shape is not None and len(shape.axes) == n else tuple(fresh() for _ in range(n))
+            if shape is not None and not shape.exact and len(shape.axes) <= n:
+                base = tuple(fresh() for _ in range(n - len(shape.axes))) + shape.axes
+            return Shape(tuple(base[d] for d in norm), True)
+        return Shape(tuple(shape.axes[d] for d in norm), True)
+
+    def _reshape(self, node: Node) -> Shape | None:
+        sizes = self._sizes(node)
+        if sizes is None:
+            return None
+        if any(isinstance(s, Sym) and s.text.startswith("*") for s in sizes):
+            return None
+        # new axes (a size read from the input's own shape could keep that axis; not tracked), size-1 known
+        axes = [fresh(unit=_int(size) == 1) for size in sizes]
+        return Shape(tuple(axes), True)
+
+    def _unsqueeze(self, node: Node) -> Shape | None:
+        d = _int(node.inputs[1] if len(node.inputs) > 1 else node.kwarg("dim"))
+        shape = self.shape(node.inputs[0])
+        if d is None or shape is None:
+            return None
+        n = len(shape.axes)
+        if d < 0:
+            i = n + d + 1
+            if i < 0:
+                return None
+        else:
+            if not shape.exact or d > n:
+                return None
+            i = d
+        axes = list(shape.axes)
+        axes.insert(i, fresh(unit=True))
+        return Shape(tuple(axes), shape.exact)
+
+    def _squeeze(self, node: Node) -> Shape | None:
+        d = _int(node.inputs[1] if len(node.inputs) > 1 else node.kwarg("dim"))
+        shape = self.shape(node.inputs[0])
+        if d is None or shape is None:
+            return None
+        i = shape.position(d)
+        if i is None or not shape.axes[i].unit:
+            return None  # squeeze of an axis not known to be 1 may do nothing
+        return Shape(shape.axes[:i] + shape.axes[i + 1:], shape.exact)
+
+    def _flatten(self, node: Node) -> Shape | None:
+        start = _int(node.inputs[1] if len(node.inputs) > 1 else node.kwarg("start_dim", Const(0)))
+        end = _int(node.inputs[2] if len(node.inputs) > 2 else node.kwarg("end_dim", Const(-1)))
+        shape = self.shape(node.inputs[0])
+        if start is None or end is None or shape is None:
+            return None
+        i, j = shape.position(start), shape.position(end)
+        if i is None or j is None or j < i:
+            return None
+        return Shape(shape.axes[:i] + (fresh(),) + shape.axes[j + 1:], shape.exact)
+
+    def _unbind(self, node: Node) -> Shape | None:
+        d = _int(node.inputs[1] if len(node.inputs) > 1 else node.kwarg("dim", Const(0)))
+        shape = self.shape(node.inputs[0])
+        if d is None or shape is None:
+            return None
+        i = shape.position(d)
+        if i is None:
+            return None
+        return Shape(shape.axes[:i] + shape.axes[i + 1:], shape.exact)  # every output alike
+
+    def _chunk(self, node: Node) -> Shape | None:
+        dim = node.inputs[2] if len(node.inputs) > 2 else node.kwarg("dim", Const(0))
+        shape = self.shape(node.inputs[0])
+        d = _int(dim)
+        if d is None or shape is None or shape.position(d) is None:
+            return None
+        i = shape.position(d)
+        assert i is not None
+        axes = list(shape.axes)
+        axes[i] = fresh()
+        return Shape(tuple(axes), shape.exact)
+
+    def _reduce(self, node: Node, name: str) -> Shape | None:
+        shape = self.shape(node.inputs[0]) if node.inputs else None
+        dim = node.inputs[1] if len(node.inputs) > 1 else node.kwarg("dim")
+        keep = node.kwarg("keepdim", node.inputs[2] if len(node.inputs) > 2 else Const(False))
+        if shape is None or dim is None:
+            return None
+        dims = dim.items if isinstance(dim, Seq) else (tuple(Const(v) for v in dim.value) if isinstance(dim, Const)
+                                                       and isinstance(dim.value, tuple) else (dim,))
+        positions = []
+        for d in dims:
+            p = shape.position(_int(d)) if _int(d) is not None else None  # type: ignore[arg-type]
+            if p is None:
+                return None
+            positions.append(p)
+        if node.op in (".max", ".min") and len(node.outputs) > 1:
+            pass  # values, indices: both of the reduced shape
+        if isinstance(keep, Const) and keep.value is True:
+            axes = tuple(fresh(unit=True) if k in positions else a for k, a in enumerate(shape.axes))
+            return Shape(axes, shape.exact)
+        if isinstance(keep, Const) and keep.value is False:
+            return Shape(tuple(a for k, a in enumerate(shape.axes) if k not in positions), shape.exact)
+        return None
+
+    def _getitem(self, node: Node) -> Shape | None:
+        if len(node.inputs) != 2:
+            return None
+        index = node.inputs[1]
+        source = self.defs.get(node.inputs[0].name) if isinstance(node.inputs[0], Var) else None
+        if source is not None and source.op in (".max", ".min") and _int(index) == 0:
+            return self.shape(node.inputs[0])  # `x.max(dim, keepdim=True)[0]`: the values
+        if isinstance(index, Const) and isinstance(index.value, int):
+            parts: list[str] | None = ["I"]
+        elif isinstance(index, Sym):
+            parts = _index_parts(index.text)
+        else:
+            return None
+        if parts is None:
+            return None
+        shape = self.shape(node.inputs[0])
+        if shape is None:
+            return None
+        if "E" in parts:
+            k = parts.index("E")
+            head, tail = parts[:k], parts[k + 1:]
+        else:
+            head, tail = parts, []
+        consumed_head = sum(1 for p in head if p != "N")
+        consumed_tail = sum(1 for p in tail if p != "N")
+        if not shape.exact and head and consumed_head:
+            return None
+        if not shape.exact and "E" not in parts and head:
+            return None
+        if len(shape.axes) < consumed_head + consumed_tail:
+            return None
+        axes = list(shape.axes)
+        out_head: list[Axis] = []
+        i = 0
+        for p in head:
+            if p == "N":
+                out_head.append(fresh(unit=True))
+            elif p == "S":
+                out_head.append(axes[i])
+                i += 1
+            else:
+                i += 1
+        out_tail: list[Axis] = []
+        j = len(axes) - consumed_tail
+        middle = axes[i:j]
+        for p in tail:
+            if p == "N":
+                out_tail.append(fresh(unit=True))
+            elif p == "S":
+                out_tail.append(axes[j])
+                j += 1
+            else:
+                j += 1
+        return Shape(tuple(out_head + middle + out_tail), shape.exact)
+
+    def _expand(self, node: Node) -> Shape | None:
+        shape = self.shape(node.inputs[0]) if node.inputs else None
+        if node.op == ".expand_as":
+            other = self.shape(node.inputs[1]) if len(node.inputs) > 1 else None
+            return other
+        sizes = self._sizes(node)
+        if sizes is None or shape is None:
+            return None
+        if node.op == ".repeat":
+            if shape.exact and len(sizes) == len(shape.axes):
+                return Shape(tuple(a if _int(s) == 1 else fresh() for a, s in zip(shape.axes, sizes, strict=True)), True)
+            return None
+        n = len(sizes)
+        if shape.exact and len(shape.axes) > n:
+            return None
+        pad = n - len(shape.axes)
+        if pad < 0:
+            return None
+        base = (tuple(fresh() for _ in range(pad)) + shape.axes) if shape.exact else None
+        if base is None:
+            return None
+        axes = tuple(a if _int(s) == -1 else (Axis(a.id, False) if _int(s) != 1 else a) for a, s in zip(base, sizes, strict=True))
+        return Shape(axes, True)
+
+    def _cat(self, node: Node) -> Shape | None:
+        if not node.inputs or not isinstance(node.inputs[0], Seq):
+            return None
+        ranks = {self.rank(i) for i in node.inputs[0].items} - {None}
+        if len(ranks) != 1:
+            return None
+        return Shape(tuple(fresh() for _ in range(ranks.pop())), True)  # type: ignore[arg-type]
+
+    def _einsum(self, node: Node) -> Shape | None:
+        einops = node.op == "einops.einsum"
+        spec_arg = node.inputs[-1] if einops else (node.inputs[0] if node.inputs else None)
+        if not isinstance(spec_arg, Const) or not isinstance(spec_arg.value, str) or "->" not in spec_arg.value:
+            return None
+        lhs, _, rhs = spec_arg.value.partition("->")
+        out = C.einsum_axes(rhs, einops)
+        if out is None or "..." in out:
+            return None
+        operands = node.inputs[:-1] if einops else node.inputs[1:]
+        specs = lhs.split(",")
+        labels: dict[str, Axis] = {}
+        for spec, operand in zip(specs, operands, strict=False):
+            axes = C.einsum_axes(spec, einops)
+            shape = self.shape(operand)
+            if axes is None or shape is None or not shape.exact or len(shape.axes) != len(axes):
+                continue
+            for label, axis in zip(axes, shape.axes, strict=True):
+                if label not in labels or labels[label].unit:
+                    labels[label] = axis
+        return Shape(tuple(labels.get(a) or fresh() for a in out), True)
+
+    def _rearrange(self, node: Node) -> Shape | None:
+        pattern = node.inputs[1] if len(node.inputs) > 1 else node.kwarg("pattern")
+        if not isinstance(pattern, Const) or not isinstance(pattern.value, str) or "->" not in pattern.value:
+            return None
+        lhs, _, rhs = pattern.value.partition("->")
+        left, right = _einops_groups(lhs), _einops_groups(rhs)
+        if left is None or right is None or "..." in right or "..." in left:
+            return None
+        shape = self.shape(node.inputs[0])
+        named: dict[str, Axis] = {}
+        if shape is not None and shape.exact and len(shape.axes) == len(left):
+            for group, axis in zip(left, shape.axes, strict=True):
+                if group and " " not in group and not group.startswith("("):
+                    named[group] = axis
+        return Shape(tuple(named.get(g) or fresh(unit=g == "1") for g in right), True)
+
+    # -- constructor facts -----------------------------------------------------------------
+
+    def attribute_shape(self, text: str) -> Shape | None:
+        """The shape of `self.<attr>` where `__init__` builds it as a parameter or buffer of known
+        shape (`nn.Parameter(torch.ones(heads, 1, 1))`)."""
+        if self.cls is None or not text.startswith("self."):
+            return None
+        if self._attrs is None:
+            self._attrs = {}
+        if text in self._attrs:
+            return self._attrs[text]
+        found: Shape | None = None
+        defs = [d for d in self.cls.layers if d.attr == text]
+        if len(defs) == 1 and defs[0].type in _PARAM_WRAPPERS and defs[0].args:
+            arg = defs[0].args[0]
+            if isinstance(arg, Sym):
+                found = _constructor_shape(arg.text)
+        self._attrs[text] = found
+        return found
+
+
+def _einsum_rank(node: Node, shape: Shape) -> Shape:
+    """A matrix product the extractor lowered from an einsum (`torch.einsum('bhid,bhjd->bhij')`, in
+    the node's target) has the rank its output spec lists."""
+    target = node.target
+    if target is None or "einsum(" not in target or not target.endswith("')"):
+        return shape
+    spec = target.partition("(")[2][1:-2]
+    axes = C.einsum_axes(spec.partition("->")[2], einops=target.startswith("einops."))
+    if axes is None or "..." in axes or len(axes) < len(shape.axes) or shape.exact and len(axes) != len(shape.axes):
+        return shape
+    return Shape(tuple(fresh() for _ in range(len(axes) - len(shape.axes))) + shape.axes, True)
+
+
+def _join(shapes: list[Shape | None]) -> Shape | None:
+    """A value that is one of several (a merge after `if`): the axes all agree on."""
+    if not shapes or any(s is None for s in shapes):
+        return None
+    first = shapes[0]
+    assert first is not None
+    if all(s == first for s in shapes):
+        return first
+    width = min(len(s.axes) for s in shapes)  # type: ignore[union-attr]
+    exact = all(s.exact for s in shapes) and len({len(s.axes) for s in shapes}) == 1  # type: ignore[union-attr]
+    axes = []
+    for k in range(width, 0, -1):
+        here = {s.axes[len(s.axes) - k] for s in shapes}  # type: ignore[union-attr]
+        ids = {a.id for a in here}
+        if len(ids) == 1:
+            axes.append(Axis(next(iter(ids)), all(a.unit for a in here)))
+        else:
+            axes.append(Axis(_join_id(tuple(sorted(ids))), all(a.unit for a in here)))
+    return Shape(tuple(axes), exact)
+
+
+@lru_cache(maxsize=4096)
+def _join_id(ids: tuple[int, ...]) -> int:
+    return next(_IDS)
+
+
+def _is_number_text(text: str) -> bool:
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return False
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+@lru_cache(maxsize=4096)
+def _index_parts(text: str) -> list[str] | None:
+    """An index expression as parts: S (a slice: keeps the axis), I (an int: drops it), N (None: a
+    new size-1 axis), E (Ellipsis). None for anything else (a tensor index, a variable)."""
+    try:
+        tree = ast.parse(f"x[{text}]", mode="eval").body
+    except (SyntaxError, MemoryError, RecursionError, ValueError):
+        return None
+    if not isinstance(tree, ast.Subscript):
+        return None
+    items = tree.slice.elts if isinstance(tree.slice, ast.Tuple) else [tree.slice]
+    parts = []
+    for item in items:
+        if isinstance(item, ast.Slice):
+            parts.append("S")
+        elif isinstance(item, ast.Constant) and item.value is None:
+            parts.append("N")
+        elif isinstance(item, ast.Constant) and item.value is Ellipsis:
+            parts.append("E")
+        elif isinstance(item, ast.Constant) and isinstance(item.value, int) and not isinstance(item.value, bool):
+            parts.append("I")
+        elif isinstance(item, ast.UnaryOp) and isinstance(item.op, ast.USub) and isinstance(item.operand, ast.Constant) \
+                and isinstance(item.operand.value, int):
+            parts.append("I")
+        else:
+            return None
+    if parts.count("E") > 1:
+        return None
+    return parts
+
+
+@lru_cache(maxsize=1024)
+def _sym_sequence(text: str) -> tuple[Operand, ...] | None:
+    try:
+        tree = ast.parse(text, mode="eval").body
+    except (SyntaxError, MemoryError, RecursionError, ValueError):
+        return None
+    if not isinstance(tree, (ast.Tuple, ast.List)) or any(isinstance(e, ast.Starred) for e in tree.elts):
+        return None
+    return tuple(Const(e.value) if isinstance(e, ast.Constant) else Sym(ast.unparse(e)) for e in tree.elts)
+
+
+def _einops_groups(side: str) -> list[str] | None:
+    """The top-level axes of one side of an einops pattern: names, `(h d)` groups, `1`, `...`."""
+    groups: list[str] = []
+    depth, current = 0, ""
+    for ch in side.strip() + " ":
+        if ch == "(":
+            if depth:
+                return None
+            depth, current = 1, "("
+        elif ch == ")":
+            if not depth:
+                return None
+            depth = 0
+            groups.append(current + ")")
+            current = ""
+        elif ch.isspace():
+            if depth:
+                current += " "
+            elif current:
+                groups.append(current)
+                current = ""
+        else:
+            current += ch
+    if depth:
+        return None
+    return groups
+
+
+def _factory_shape(inputs: tuple[Operand, ...], kwargs: tuple[tuple[str, Operand], ...]) -> Shape | None:
+    if len(inputs) == 1 and isinstance(inputs[0], Seq):
+        sizes: tuple[Operand, ...] = inputs[0].items
+    elif len(inputs) == 1 and isinstance(inputs[0], Const) and isinstance(inputs[0].value, tuple):
+        sizes = tuple(Const(v) for v in inputs[0].value)
+    else:
+        sizes = inputs
+    if any(isinstance(s, Var) for s in sizes):
+        return None
+    return Shape(tuple(fresh(unit=_int(s) == 1) for s in sizes), True)
+
+
+@lru_cache(maxsize=1024)
+def _constructor_shape(text: str) -> Shape | None:
+    """The shape of a parameter's initial value written in `__init__`: a factory call with listed
+    sizes (`torch.ones(heads, 1, 1)`, `torch.zeros((1, h, 1, 1))`), possibly under elementwise math
+    (`torch.log(10 * torch.ones((h, 1, 1)))`)."""
+    try:
+        tree = ast.parse(text, mode="eval").body
+    except (SyntaxError, MemoryError, RecursionError, ValueError):
+        return None
+    return _ast_shape(tree)
+
+
+_ELEMENTWISE_CALLS = {"log", "exp", "sqrt", "abs", "neg"}
+
+
+def _ast_shape(e: ast.expr) -> Shape | None:
+    if isinstance(e, ast.BinOp):
+        left, right = e.left, e.right
+        if isinstance(left, ast.Constant) and isinstance(left.value, (int, float)):
+            return _ast_shape(right)
+        if isinstance(right, ast.Constant) and isinstance(right.value, (int, float)):
+            return _ast_shape(left)
+        return None
+    if not isinstance(e, ast.Call):
+        return None
+    name = ast.unparse(e.func)
+    short = name.rsplit(".", 1)[-1]
+    if short in ("ones", "zeros", "randn", "rand", "empty") and name.startswith(("torch.", "th.")) or name in (
+            "ones", "zeros", "randn", "rand", "empty"):
+        if any(isinstance(a, ast.Starred) for a in e.args):
+            return None
+        sizes = e.args
+        if len(sizes) == 1 and isinstance(sizes[0], (ast.Tuple, ast.List)):
+            sizes = sizes[0].elts
+        if not sizes or any(isinstance(s, ast.Starred) for s in sizes):
+            return None
+        return Shape(tuple(fresh(unit=isinstance(s, ast.Constant) and s.value == 1) for s in sizes), True)
+    if short == "full" and e.args and isinstance(e.args[0], (ast.Tuple, ast.List)):
+        return Shape(tuple(fresh(unit=isinstance(s, ast.Constant) and s.value == 1) for s in e.args[0].elts), True)
+    if short in _ELEMENTWISE_CALLS and e.args:
+        return _ast_shape(e.args[0])
+    if isinstance(e.func, ast.Attribute) and short in ("float", "clone", "detach") and not e.args:
+        return _ast_shape(e.func.value)
+    return None

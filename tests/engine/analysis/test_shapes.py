@@ -1,0 +1,115 @@
+"""Shape and layout facts: ranks and axis identities proven from the code, or absent."""
+
+from engine.analysis.shapes import ShapeFacts
+from engine.dsl.ir import Const, Var
+from engine.extract import extract_source
+
+
+def facts(body: str, init: str = "pass", params: str = "x"):
+    text = ("import torch\nfrom torch import nn\nimport einops\n\n\nclass M(nn.Module):\n"
+            f"    def __init__(self, dim, heads):\n        super().__init__()\n        {init}\n\n"
+            f"    def forward(self, {params}):\n" + "".join(f"        {line}\n" for line in body.strip().splitlines()))
+    fm = extract_source(text, "m.py", "m")
+    cls = fm.cls("M")
+    method = cls.method("forward")
+    return ShapeFacts(method, cls), method
+
+
+def last(method, name: str) -> Var:
+    """The SSA value of the last assignment of a Python name."""
+    found = [o for n in method.nodes for o in n.outputs if o == name or o.startswith(name + ".")]
+    return Var(found[-1])
+
+
+def test_parameters_have_no_shape_and_reshape_proves_rank():
+    f, m = facts("y = x.view(b, n, heads, d)\nz = y.permute(0, 2, 1, 3)", params="x, b, n, heads, d")
+    assert f.shape(Var("x")) is None
+    assert f.rank(last(m, "y")) == 4
+    assert f.rank(last(m, "z")) == 4
+    y, z = f.shape(last(m, "y")), f.shape(last(m, "z"))
+    assert [a.id for a in z.axes] == [y.axes[i].id for i in (0, 2, 1, 3)]
+
+
+def test_transpose_by_positive_dims_of_a_rank_4_value_swaps_the_last_two():
+    f, m = facts("y = x.reshape(b, h, n, d)\nt = y.transpose(2, 3)\nu = y.transpose(1, 2)", params="x, b, h, n, d")
+    defs = m.defs()
+    assert f.swaps_last_two(defs[last(m, "t").name])
+    assert not f.swaps_last_two(defs[last(m, "u").name])
+
+
+def test_transpose_of_an_unknown_value_swaps_last_two_only_by_negative_dims():
+    f, m = facts("t = x.transpose(2, 3)\nu = x.transpose(-1, -2)")
+    defs = m.defs()
+    assert not f.swaps_last_two(defs[last(m, "t").name])
+    assert f.swaps_last_two(defs[last(m, "u").name])
+
+
+def test_softmax_dim_after_bmm_is_the_last_axis_and_keeps_the_product_axes():
+    f, m = facts("a = x.view(bh, n, d)\nb = y.view(bh, n, d)\ns = torch.bmm(a, b.transpose(1, 2))\np = s.softmax(dim=2)",
+                 params="x, y, bh, n, d")
+    s = last(m, "s")
+    assert f.rank(s) == 3
+    assert f.is_last(s, Const(2)) and not f.is_last(s, Const(1))
+    p = f.shape(last(m, "p"))
+    assert p.axes == f.shape(s).axes
+
+
+def test_broadcast_with_an_unknown_operand_keeps_trailing_axes_but_not_the_rank():
+    f, m = facts("s = x.view(b, h, n, n)\nt = s + mask", params="x, b, h, n, mask")
+    t = f.shape(last(m, "t"))
+    assert t.rank is None
+    assert t.axes[-1].id == f.shape(last(m, "s")).axes[-1].id
+    assert f.is_last(last(m, "t"), Const(-1)) and not f.is_last(last(m, "t"), Const(3))
+
+
+def test_constructor_facts_give_parameters_size_1_trailing_axes():
+    f, m = facts("y = x * self.temperature\nz = x * self.scale", params="x",
+                 init="self.temperature = nn.Parameter(torch.ones(heads, 1, 1))\n"
+                      "        self.scale = nn.Parameter(torch.log(10 * torch.ones((1, heads, 1, dim))))")
+    assert f.attribute_shape("self.other") is None
+    assert f.trailing_units(last(m, "y"), 2) is False  # x's rank is unknown: the product's is too
+    temp = f.attribute_shape("self.temperature")
+    assert temp.rank == 3 and [a.unit for a in temp.axes] == [False, True, True]
+    scale = f.attribute_shape("self.scale")
+    assert scale.rank == 4 and [a.unit for a in scale.axes] == [True, False, True, False]
+
+
+def test_unsqueeze_unbind_index_and_einops():
+    f, m = facts("qkv = x.view(b, n, 3, h, d).permute(2, 0, 3, 1, 4)\nq, k, v = qkv.unbind(0)\n"
+                 "kk = k[:, None]\nr = einops.rearrange(q, 'b h n d -> b n (h d)')\nu = q.unsqueeze(-1)",
+                 params="x, b, n, h, d")
+    assert f.rank(last(m, "q")) == 4 and f.rank(last(m, "v")) == 4
+    assert f.rank(last(m, "kk")) == 5 and f.shape(last(m, "kk")).axes[1].unit
+    assert f.rank(last(m, "r")) == 3
+    assert f.shape(last(m, "r")).axes[0].id == f.shape(last(m, "q")).axes[0].id
+    assert f.rank(last(m, "u")) == 5 and f.shape(last(m, "u")).axes[-1].unit
+
+
+def test_einsum_output_axes_follow_the_labels():
+    f, m = facts("a = x.view(b, h, n, d)\nc = y.view(b, h, n, d)\n"
+                 "s = torch.einsum('bhid,bhjd->bhij', a, c)\no = torch.einsum('bhij,bhjd->bhdi', s, c)",
+                 params="x, y, b, h, n, d")
+    s, o = f.shape(last(m, "s")), f.shape(last(m, "o"))
+    assert s.rank == 4 and o.rank == 4
+    assert o.axes[-1].id == s.axes[-2].id  # the query axis, read back channels-first
+
+
+def test_reductions_with_keepdim_make_a_size_1_axis():
+    f, m = facts("s = x.view(b, n, n)\nmx = s.amax(dim=-1, keepdim=True)\nsm = s.sum(-1)", params="x, b, n")
+    mx = f.shape(last(m, "mx"))
+    assert mx.rank == 3 and mx.axes[-1].unit and mx.axes[0].id == f.shape(last(m, "s")).axes[0].id
+    assert f.rank(last(m, "sm")) == 2
+
+
+def test_a_merge_keeps_only_what_every_branch_proves():
+    f, m = facts("s = x.view(b, n, n)\nif flag:\n    s = s + mask\np = s.softmax(-1)", params="x, b, n, mask, flag")
+    p = f.shape(last(m, "p"))
+    assert p is not None and p.rank is None
+    assert f.is_last(last(m, "p"), Const(-1))
+
+
+def test_a_shape_keeping_method_of_a_parameter_keeps_its_constructor_shape():
+    f, m = facts("t = self.temperature.exp()\nu = self.temperature.unknown()", params="x",
+                 init="self.temperature = nn.Parameter(torch.ones(heads, 1, 1))")
+    assert f.trailing_units(last(m, "t"), 2)
+    assert f.shape(last(m, "u")) is None
