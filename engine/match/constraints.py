@@ -254,3 +254,56 @@ def _keep_mask_fill_is_lowest(match: Match, ix: MethodIndex) -> str | None:
 
 
 CHECKS["keep_mask_fill_is_lowest"] = _keep_mask_fill_is_lowest
+
+
+# ---------------------------------------------------------------------------------------------
+# Mask and dropout semantics of the attention rewrite. These checks never reject: they bind the
+# variables the rule's rewrite template reads, so that the kernel call computes what the original
+# computes on every row and in every mode (the template has no conditionals of its own).
+
+_INFINITE_FILLS = {"float('-inf')", 'float("-inf")', "-float('inf')", '-float("inf")', "-math.inf", "-torch.inf",
+                   "-numpy.inf", "-np.inf", "float('-Infinity')", 'float("-Infinity")'}
+
+
+def _fill_is_infinite(value) -> bool:
+    if isinstance(value, Sym):
+        return value.text.replace(" ", "") in _INFINITE_FILLS
+    number = numeric(value) if isinstance(value, Const) else None
+    return number is not None and number == float("-inf")
+
+
+def _fully_masked_rows_keep_original(match: Match, ix: MethodIndex) -> str | None:
+    """A query row whose every key is masked by `masked_fill(mask, fill)` is, in the original, the
+    softmax of equal values: the plain average of `v` for a finite fill (-1e9, finfo.min), NaN for
+    -inf. The rewrite reproduces both: it zeroes those rows' queries and unmasks them (scores 0,
+    so the kernel averages `v` and no gradient reaches `q` or `k`, as `masked_fill` blocks it), and
+    for an infinite fill binds `$nan_rows` so the template sets those output rows to NaN."""
+    if "fmask" in match.bindings and _fill_is_infinite(match.bindings.get("fill")):
+        match.bindings["nan_rows"] = Sym("float('nan')")
+    return None
+
+
+def _dropout_when_original_drops(match: Match, ix: MethodIndex) -> str | None:
+    """The kernel drops exactly when the original's dropout does: a dropout module when that module
+    is in training mode (`$dtraining` = `<module>.training`); `F.dropout(x, p)` always (its `training`
+    defaults to True, so it drops in eval mode too); `F.dropout(x, p, training=t)` when `t` holds;
+    `training=False` never (`$dp` is unbound, no `dropout_p`)."""
+    node = match.nodes.get("p2")
+    if node is None or "dp" not in match.bindings:
+        return None
+    if node.kind == "layer":
+        if node.target:
+            match.bindings["dtraining"] = Sym(f"{node.target}.training")
+        return None
+    training = node.kwarg("training")
+    if training is None or (isinstance(training, Const) and training.value is True):
+        return None  # always drops: dropout_p=$dp
+    if isinstance(training, Const) and training.value is False:
+        del match.bindings["dp"]  # never drops
+        return None
+    match.bindings["dtraining"] = training
+    return None
+
+
+CHECKS["fully_masked_rows_keep_original"] = _fully_masked_rows_keep_original
+CHECKS["dropout_when_original_drops"] = _dropout_when_original_drops
