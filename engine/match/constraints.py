@@ -307,3 +307,51 @@ def _dropout_when_original_drops(match: Match, ix: MethodIndex) -> str | None:
 
 CHECKS["fully_masked_rows_keep_original"] = _fully_masked_rows_keep_original
 CHECKS["dropout_when_original_drops"] = _dropout_when_original_drops
+
+
+_FUSED_DEVICES = '("cpu", "cuda")'  # where torch>=2.4 has a fused Adam/AdamW kernel
+
+
+def _fused_where_params_live(match: Match, ix: MethodIndex) -> str | None:
+    """`fused=` is keyed on the devices the optimizer's parameters live on (all on the CPU or CUDA,
+    the devices with a fused kernel), not on whether CUDA exists somewhere. The parameters must be
+    readable twice without being consumed: `<module>.parameters()` (called again), or a list built in
+    the function (a list literal or comprehension, of parameters or of groups whose `params` are
+    such lists). Binds `$fused` to that test."""
+    node = match.root
+    params = node.inputs[0] if node.inputs else node.kwarg("params")
+    text = params.text.replace(" ", "") if isinstance(params, Sym) else ""
+    if text.endswith(".parameters()") and text[:-len(".parameters()")].replace(".", "").replace("_", "").isalnum():
+        match.bindings["fused"] = Sym(f"all(p.device.type in {_FUSED_DEVICES} for p in {text})")
+        return None
+    producer = ix.defs.get(params.name) if isinstance(params, Var) else None
+    if producer is None:
+        return "where the parameters live is not known here (they are not built in this function)"
+    if producer.op == ".parameters" and producer.inputs and isinstance(producer.inputs[0], (Var, Sym)):
+        owner = producer.inputs[0]
+        owner_text = owner.text if isinstance(owner, Sym) else owner.name.partition(".")[0]
+        match.bindings["fused"] = Sym(f"all(p.device.type in {_FUSED_DEVICES} for p in {owner_text}.parameters())")
+        return None
+
+    def is_list(value) -> bool:
+        definition = ix.defs.get(value.name) if isinstance(value, Var) else None
+        return definition is not None and (definition.op == "listcomp"
+                                           or definition.op == "assign" and isinstance(definition.inputs[0], Seq)
+                                           and definition.inputs[0].kind == "list")
+
+    if not is_list(params):
+        return "the parameters are not a list built in this function: reading their devices could consume them"
+    items = producer.inputs[0].items if producer.op == "assign" else ()
+    for item in items:
+        group = ix.defs.get(item.name) if isinstance(item, Var) else None
+        if group is not None and group.op == "dict" and not all(is_list(i) for i in group.inputs if isinstance(i, Var)
+                                                                 and ix.defs.get(i.name) is not None
+                                                                 and ix.defs[i.name].op != "assign"):
+            return "a parameter group's `params` is not a list built in this function"
+    name = params.name.partition(".")[0]
+    match.bindings["fused"] = Sym(f"all(p.device.type in {_FUSED_DEVICES} for g in {name} "
+                                  f"for p in (g['params'] if isinstance(g, dict) else [g]))")
+    return None
+
+
+CHECKS["fused_where_params_live"] = _fused_where_params_live
