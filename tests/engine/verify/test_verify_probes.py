@@ -62,3 +62,21 @@ def test_dropout_in_eval_mode_fails_against_the_model_as_shipped(verifier, repo)
     assert shipped and not any(c.passed for c in shipped)
     # every comparison with dropout off agreed: only the shipped probe saw it
     assert all(c.passed for c in result.cases if c.run in ("eval|float32", "train|float32"))
+
+
+def test_calls_no_fused_kernel_takes_are_reported(verifier, repo):
+    """The same attention on 3-D (batch * heads, tokens, head size) tensors: equivalent, and the
+    kernel runs, but only its math path can take 3-D inputs; verification says so and why."""
+    text = (repo / "model.py").read_text()
+    flat = text.replace(ATTENTION_BLOCK, (
+        "        y = F.scaled_dot_product_attention(q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1),\n"
+        "                                           dropout_p=self.drop.p if self.training else 0.0)\n"
+        "        y = y.view(q.shape)\n"))
+    result = verifier.check({"model.py": flat}, (SDPA,))
+    assert result.passed, result.message
+    eligibility = result.kernel_eligibility[SDPA]
+    assert eligibility["math only"] > 0 and eligibility["fused"] == 0
+    assert "4 dimensional" in eligibility["why"]
+    assert any("no fused kernel takes" in note for note in result.notes)
+    four_d = verifier.check(sdpa_rewrite(repo), (SDPA,))
+    assert four_d.kernel_eligibility[SDPA]["math only"] == 0 and four_d.kernel_eligibility[SDPA]["fused"] > 0
