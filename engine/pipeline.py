@@ -206,7 +206,7 @@ def verify_and_bench(result: ScanResult, root: Path | str | None = None, *, veri
         out["timeline"]["verifying"] = _now()
         say(f"verifying {len(groups)} rewrite(s) on their own"
             + (" and together" if len(groups) > 1 else "") + " (each side in a sandboxed child process)")
-        candidates = [Candidate(g.id, {g.file: g.text}) for g in groups]
+        candidates = [Candidate(g.id, {g.file: g.text}, _kernels(rules.get(g.rule_id))) for g in groups]
         if progress is not None:  # each on its own, then together (more checks if that fails)
             progress.stage("verify", len(candidates) + (len(candidates) > 1))
         watch = {"on_check": progress.step} if progress is not None else {}
@@ -299,13 +299,18 @@ def report_markdown(result: ScanResult, outcome: dict, *, repository: str | None
     })
 
 
+def _kernels(rule) -> tuple[str, ...]:
+    """The kernel a rule introduces, which verification requires to have run."""
+    return (rule.kernel,) if rule is not None and getattr(rule, "kernel", None) else ()
+
+
 def summary_lines(outcome: dict) -> list[str]:
     """A few lines for the terminal."""
     lines: list[str] = []
     v = outcome.get("verification")
     if v is not None:
         for cid, row in v["per_rewrite"].items():
-            err = f"max abs err {row['max_abs_err']:.2e}, max rel err {row['max_rel_err']:.2e}" \
+            err = f"max abs err {row['max_abs_err']:.2e}, max err/scale {row['max_rel_err']:.2e}" \
                 if row["max_abs_err"] is not None and row["max_rel_err"] is not None else row["message"][:200]
             lines.append(f"verify {cid}: {row['status']} ({err})")
         c = v.get("combined")

@@ -302,3 +302,104 @@ def _products_run_as_written(match: Match, ix: MethodIndex) -> str | None:
 
 
 CHECKS["products_run_as_written"] = _products_run_as_written
+
+
+# ---------------------------------------------------------------------------------------------
+# Mask and dropout semantics of the attention rewrite. These checks never reject: they bind the
+# variables the rule's rewrite template reads, so that the kernel call computes what the original
+# computes on every row and in every mode (the template has no conditionals of its own).
+
+_INFINITE_FILLS = {"float('-inf')", 'float("-inf")', "-float('inf')", '-float("inf")', "-math.inf", "-torch.inf",
+                   "-numpy.inf", "-np.inf", "float('-Infinity')", 'float("-Infinity")'}
+
+
+def _fill_is_infinite(value) -> bool:
+    if isinstance(value, Sym):
+        return value.text.replace(" ", "") in _INFINITE_FILLS
+    number = numeric(value) if isinstance(value, Const) else None
+    return number is not None and number == float("-inf")
+
+
+def _fully_masked_rows_keep_original(match: Match, ix: MethodIndex) -> str | None:
+    """A query row whose every key is masked by `masked_fill(mask, fill)` is, in the original, the
+    softmax of equal values: the plain average of `v` for a finite fill (-1e9, finfo.min), NaN for
+    -inf. The rewrite reproduces both: it zeroes those rows' queries and unmasks them (scores 0,
+    so the kernel averages `v` and no gradient reaches `q` or `k`, as `masked_fill` blocks it), and
+    for an infinite fill binds `$nan_rows` so the template sets those output rows to NaN."""
+    if "fmask" in match.bindings and _fill_is_infinite(match.bindings.get("fill")):
+        match.bindings["nan_rows"] = Sym("float('nan')")
+    return None
+
+
+def _dropout_when_original_drops(match: Match, ix: MethodIndex) -> str | None:
+    """The kernel drops exactly when the original's dropout does: a dropout module when that module
+    is in training mode (`$dtraining` = `<module>.training`); `F.dropout(x, p)` always (its `training`
+    defaults to True, so it drops in eval mode too); `F.dropout(x, p, training=t)` when `t` holds;
+    `training=False` never (`$dp` is unbound, no `dropout_p`)."""
+    node = match.nodes.get("p2")
+    if node is None or "dp" not in match.bindings:
+        return None
+    if node.kind == "layer":
+        if node.target:
+            match.bindings["dtraining"] = Sym(f"{node.target}.training")
+        return None
+    training = node.kwarg("training")
+    if training is None or (isinstance(training, Const) and training.value is True):
+        return None  # always drops: dropout_p=$dp
+    if isinstance(training, Const) and training.value is False:
+        del match.bindings["dp"]  # never drops
+        return None
+    match.bindings["dtraining"] = training
+    return None
+
+
+CHECKS["fully_masked_rows_keep_original"] = _fully_masked_rows_keep_original
+CHECKS["dropout_when_original_drops"] = _dropout_when_original_drops
+
+
+_FUSED_DEVICES = '("cpu", "cuda")'  # where torch>=2.4 has a fused Adam/AdamW kernel
+
+
+def _fused_where_params_live(match: Match, ix: MethodIndex) -> str | None:
+    """`fused=` is keyed on the devices the optimizer's parameters live on (all on the CPU or CUDA,
+    the devices with a fused kernel), not on whether CUDA exists somewhere. The parameters must be
+    readable twice without being consumed: `<module>.parameters()` (called again), or a list built in
+    the function (a list literal or comprehension, of parameters or of groups whose `params` are
+    such lists). Binds `$fused` to that test."""
+    node = match.root
+    params = node.inputs[0] if node.inputs else node.kwarg("params")
+    text = params.text.replace(" ", "") if isinstance(params, Sym) else ""
+    if text.endswith(".parameters()") and text[:-len(".parameters()")].replace(".", "").replace("_", "").isalnum():
+        match.bindings["fused"] = Sym(f"all(p.device.type in {_FUSED_DEVICES} for p in {text})")
+        return None
+    producer = ix.defs.get(params.name) if isinstance(params, Var) else None
+    if producer is None:
+        return "where the parameters live is not known here (they are not built in this function)"
+    if producer.op == ".parameters" and producer.inputs and isinstance(producer.inputs[0], (Var, Sym)):
+        owner = producer.inputs[0]
+        owner_text = owner.text if isinstance(owner, Sym) else owner.name.partition(".")[0]
+        match.bindings["fused"] = Sym(f"all(p.device.type in {_FUSED_DEVICES} for p in {owner_text}.parameters())")
+        return None
+
+    def is_list(value) -> bool:
+        definition = ix.defs.get(value.name) if isinstance(value, Var) else None
+        return definition is not None and (definition.op == "listcomp"
+                                           or definition.op == "assign" and isinstance(definition.inputs[0], Seq)
+                                           and definition.inputs[0].kind == "list")
+
+    if not is_list(params):
+        return "the parameters are not a list built in this function: reading their devices could consume them"
+    items = producer.inputs[0].items if producer.op == "assign" else ()
+    for item in items:
+        group = ix.defs.get(item.name) if isinstance(item, Var) else None
+        if group is not None and group.op == "dict" and not all(is_list(i) for i in group.inputs if isinstance(i, Var)
+                                                                 and ix.defs.get(i.name) is not None
+                                                                 and ix.defs[i.name].op != "assign"):
+            return "a parameter group's `params` is not a list built in this function"
+    name = params.name.partition(".")[0]
+    match.bindings["fused"] = Sym(f"all(p.device.type in {_FUSED_DEVICES} for g in {name} "
+                                  f"for p in (g['params'] if isinstance(g, dict) else [g]))")
+    return None
+
+
+CHECKS["fused_where_params_live"] = _fused_where_params_live

@@ -4,7 +4,8 @@ A rule that rewrites a call by adding arguments (`$callee($args, fused=torch.cud
 matches its own output again: the call is still the call the pattern looks for. Such a site is not
 an opportunity, nor a near-miss (the constraint that stops a second `fused=` would report one); it
 is what the tool wrote, or what a maintainer wrote by hand. The general fact: every argument the
-rewrite adds with a fixed value is already there with that value.
+rewrite adds is already there with the value the rewrite would give it (a fixed value, or one the
+match's bindings and the rule's constraints compute).
 """
 
 from __future__ import annotations
@@ -12,28 +13,30 @@ from __future__ import annotations
 import ast
 import re
 
-from engine.dsl.ir import Const, Sym
+from engine.dsl.ir import Const, Sym, Var
 
 _PLACEHOLDER = re.compile(r"\$(\w+)")
 
 
-def _added_keywords(template: str) -> tuple[str | None, dict[str, ast.expr]] | None:
-    """The template's callee (a placeholder's name, or a dotted name) and the keyword arguments it
-    writes with fixed values; None when the template is not a single call."""
+def _added_keywords(template: str) -> tuple[str, dict[str, ast.expr], dict[str, ast.expr]] | None:
+    """The template's callee (a placeholder's name, or a dotted name), the keyword arguments it writes
+    with fixed values, and those whose values depend on the match; None when the template is not a
+    single call."""
     try:
         tree = ast.parse(_PLACEHOLDER.sub(r"__adopter_\1", template), mode="eval").body
     except SyntaxError:  # optional sections (`[[...]]`): a replacement, not an extension
         return None
     if not isinstance(tree, ast.Call):
         return None
-    fixed = {}
+    fixed, dependent = {}, {}
     for keyword in tree.keywords:
         if keyword.arg is None:
             continue
         if any(isinstance(n, ast.Name) and n.id.startswith("__adopter_") for n in ast.walk(keyword.value)):
-            continue  # the value depends on the match
-        fixed[keyword.arg] = keyword.value
-    return ast.unparse(tree.func), fixed
+            dependent[keyword.arg] = keyword.value
+        else:
+            fixed[keyword.arg] = keyword.value
+    return ast.unparse(tree.func), fixed, dependent
 
 
 def _same_value(operand, expected: ast.expr) -> bool:
@@ -50,15 +53,88 @@ def _same_value(operand, expected: ast.expr) -> bool:
     return False
 
 
-def in_rewritten_form(match) -> bool:
+def _operand_text(operand, ix, depth: int = 0) -> str | None:
+    """Python text for an operand of the DSL, rebuilt from the nodes that compute it (calls, method
+    calls, generator expressions), or None where it cannot be rebuilt plainly."""
+    if isinstance(operand, (Sym, Const)):
+        return _binding_text(operand)
+    if not isinstance(operand, Var) or ix is None or depth > 8:
+        return None
+    node = ix.defs.get(operand.name)
+    if node is None:
+        return operand.name  # a parameter or a name bound outside the method
+    if node.op == "generatorexp":
+        text = node.kwarg("text")
+        return text.text if isinstance(text, Sym) else None
+    if node.kind != "op" or not node.op.replace(".", "").replace("_", "").isalnum():
+        return None
+    args = [_operand_text(i, ix, depth + 1) for i in node.inputs]
+    kwargs = [(k, _operand_text(v, ix, depth + 1)) for k, v in node.kwargs]
+    if any(a is None for a in args) or any(v is None for _, v in kwargs):
+        return None
+    if node.op.startswith("."):
+        if not args:
+            return None
+        head, args = args[0], args[1:]
+        return f"({head}){node.op}({', '.join([*args, *(f'{k}={v}' for k, v in kwargs)])})"
+    return f"{node.op}({', '.join([*args, *(f'{k}={v}' for k, v in kwargs)])})"
+
+
+def _binding_text(value) -> str | None:
+    if isinstance(value, Sym):
+        return value.text
+    if isinstance(value, Const):
+        return repr(value.value)
+    return None
+
+
+def _rendered(template_value: ast.expr, match, ix) -> ast.expr | None:
+    """A match-dependent keyword value of the template as this match would write it: its placeholders
+    replaced by what the pattern and the rule's constraints bind (constraints may bind values, such
+    as fused-adamw's device test). None when a placeholder stays unbound or is not an expression."""
+    saved = dict(match.bindings)
+    try:
+        if ix is not None:
+            from engine.match import constraints
+
+            for name in match.rule.constraints:
+                constraints.CHECKS[name](match, ix)  # only for what they bind; their verdicts do not matter here
+        texts = {name: _binding_text(value) for name, value in match.bindings.items()}
+    finally:
+        match.bindings.clear()
+        match.bindings.update(saved)
+    source = ast.unparse(template_value)
+    for name in {n.id for n in ast.walk(template_value) if isinstance(n, ast.Name) and n.id.startswith("__adopter_")}:
+        text = texts.get(name.removeprefix("__adopter_"))
+        if text is None:
+            return None
+        source = re.sub(rf"\b{name}\b", lambda _m, t=text: f"({t})", source)
+    try:
+        return ast.parse(source, mode="eval").body
+    except SyntaxError:
+        return None
+
+
+def in_rewritten_form(match, ix=None) -> bool:
+    """Whether every argument the rewrite adds is already there with the value this match's rewrite
+    would give it (``ix``, the method's index, lets the rule's constraints bind computed values)."""
     template = match.rule.rewrite
     if not template:
         return False
     shape = _added_keywords(template)
-    if shape is None or not shape[1]:
+    if shape is None or not (shape[1] or shape[2]):
         return False
-    callee, fixed = shape
+    callee, fixed, dependent = shape
     if not callee.startswith("__adopter_") and callee != match.root.op:
         return False  # the rewrite calls something else: its output cannot be this call
     given = {key: value for key, value in match.root.kwargs}
-    return all(key in given and _same_value(given[key], value) for key, value in fixed.items())
+    if not all(key in given for key in (*fixed, *dependent)):
+        return False
+    if not all(_same_value(given[key], value) for key, value in fixed.items()):
+        return False
+    for key, value in dependent.items():
+        expected = _rendered(value, match, ix)
+        text = _operand_text(given[key], ix)
+        if expected is None or text is None or not _same_value(Sym(text), expected):
+            return False
+    return True

@@ -334,7 +334,7 @@ def _find_rule(rule: Rule, indexes: list[MethodIndex], near_misses: bool) -> lis
             if previous is None or len(best.root.via) < len(previous[0].root.via):
                 chosen[key] = (best, ix, group)
     # code already in the rule's rewritten form is no finding (analyse: None)
-    results = [analyse(m, ix, group) for m, ix, group in chosen.values() if not in_rewritten_form(m)]
+    results = [analyse(m, ix, group) for m, ix, group in chosen.values() if not in_rewritten_form(m, ix)]
     # structures that differ only in a constant, where nothing matched exactly: near-misses
     strict_positions = {p for key in chosen for p in key}  # (position, target) pairs
     relaxed_seen: set[frozenset] = set()
@@ -343,7 +343,7 @@ def _find_rule(rule: Rule, indexes: list[MethodIndex], near_misses: bool) -> lis
         if key in relaxed_seen or key & strict_positions:
             continue
         relaxed_seen.add(key)
-        if not in_rewritten_form(m):
+        if not in_rewritten_form(m, ix):
             results.append(analyse(m, ix, [m]))
     results = _drop_contained([f for f in results if f is not None])
     results.sort(key=lambda f: (f.file, f.line, f.rule_id))

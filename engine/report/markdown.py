@@ -191,11 +191,13 @@ def _verification(v: Verification | None, limit: int | None) -> list[str]:
     lines += [
         "The original and the rewritten model were built with the same weights and run on the same inputs "
         "(several shapes, batch size 1 among them; eval and train mode with dropout off; a float64 run of the "
-        "original as the reference where a kernel rounds differently). Compared: outputs, loss, the gradients "
+        "original as the reference where a kernel rounds differently; eval and train mode again with dropout as "
+        "the model ships, which must drop in the same modes; the rewrite's kernel must have run). The error is "
+        "measured against the largest magnitude of each tensor. Compared: outputs, loss, the gradients "
         "of every parameter and of inputs requiring grad, and the parameters after one optimizer step. "
         "The rewritten model loads the original's state dict strictly, so existing checkpoints still load.",
         "",
-        "| Rewrite | Result | Max abs error | Max rel error | Comparisons |",
+        "| Rewrite | Result | Max abs error | Max error / scale | Comparisons |",
         "|---|---|---|---|---|",
     ]
     rows = v.rows if limit is None else v.rows[:limit]

@@ -37,6 +37,100 @@ import traceback
 import torch
 
 # --------------------------------------------------------------------------------------------------
+# Coverage: how often each kernel a rewrite introduces was called
+
+
+class KernelCounter:
+    """Counts calls of kernels named like a rule's `kernel`: a function (`torch.nn.functional.gelu`)
+    or a constructor with a keyword it must be given (`torch.optim.AdamW(fused=True)`: counted only
+    when `fused` is truthy). Installed before any repository code is imported, so that a rewrite's
+    `torch.nn.functional.scaled_dot_product_attention(...)` goes through it; the parent compares
+    the rewritten side's counts with the original's: a rewrite whose kernel never ran more often
+    than in the original was not exercised, whatever its numbers say."""
+
+    def __init__(self, specs) -> None:
+        self.counts: dict = {}
+        self.eligibility: dict = {}  # spec -> calls a fused kernel could take, calls only the math path can
+        for spec in specs or ():
+            self._install(spec)
+
+    def _install(self, spec: str) -> None:
+        name, _, keyword = spec.partition("(")
+        keyword = keyword.rstrip(")").partition("=")[0].strip() or None
+        module_name, _, attr = name.rpartition(".")
+        try:
+            owner = importlib.import_module(module_name)
+        except ImportError:
+            return
+        target = getattr(owner, attr, None)
+        if target is None:
+            return
+        self.counts[spec] = 0
+        counts = self.counts
+        if isinstance(target, type):
+            original_init = target.__init__
+
+            def init(obj, *args, __init=original_init, **kwargs):
+                if keyword is None or kwargs.get(keyword):
+                    counts[spec] += 1
+                __init(obj, *args, **kwargs)
+
+            target.__init__ = init
+            return
+
+        probe = _fused_eligibility if attr == "scaled_dot_product_attention" else None
+        eligibility = self.eligibility
+
+        def wrapper(*args, __fn=target, **kwargs):
+            if keyword is None or kwargs.get(keyword):
+                counts[spec] += 1
+                if probe is not None:
+                    problem = probe(__fn, args, kwargs)
+                    entry = eligibility.setdefault(spec, {"fused": 0, "math only": 0, "why": ""})
+                    entry["math only" if problem else "fused"] += 1
+                    entry["why"] = entry["why"] or problem or ""
+            return __fn(*args, **kwargs)
+
+        wrapper.__wrapped__ = target  # type: ignore[attr-defined]
+        setattr(owner, attr, wrapper)
+
+    def take(self) -> dict:
+        """The counts since the last take."""
+        taken = dict(self.counts)
+        for key in self.counts:
+            self.counts[key] = 0
+        return taken
+
+
+def _fused_eligibility(fn, args, kwargs) -> str | None:
+    """Whether a fused backend (FlashAttention, or the memory-efficient kernel; on the CPU its flash
+    kernel) takes this call: the same call on detached copies with only those backends enabled must
+    succeed. None when it does, else the kernel's reason (3-D or 5-D inputs, say): such a call falls
+    back to the math path, which materializes the attention matrix and cannot pay."""
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+    except ImportError:
+        return None
+    detached = [a.detach() if isinstance(a, torch.Tensor) else a for a in args]
+    options = {k: (v.detach() if isinstance(v, torch.Tensor) else v) for k, v in kwargs.items()}
+    options["dropout_p"] = 0.0
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:  # the kernels say why in warnings
+        warnings.simplefilter("always")
+        try:
+            with torch.no_grad(), sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]):
+                fn(*detached, **options)
+        except RuntimeError as exc:
+            reasons = [str(w.message).split(" (Triggered internally")[0] for w in caught
+                       if "not used because" not in str(w.message)]
+            return " ".join(" ".join(reasons or [str(exc)]).split())[:300]
+    return None
+
+
+COUNTER = KernelCounter(())
+
+# --------------------------------------------------------------------------------------------------
 # Building models
 
 
@@ -329,6 +423,36 @@ def _error(exc: BaseException, phase: str) -> dict:
     }
 
 
+
+def shipped_probe(case: dict, job: dict, model, inputs, built: Built) -> dict:
+    """Eval and train mode with dropout as the model ships, not forced off: `F.dropout(x, p)` drops
+    in eval mode too, and a rewrite must drop exactly when the original does. The model is built
+    again with its own dropout settings and given the weights in use; each mode runs twice under
+    different seeds, and whether the two outputs differ says whether the model drops in that mode.
+    The first eval output is kept for comparison where neither side drops."""
+    try:
+        again = build(case["target"], case.get("shape") or {}, no_dropout=False, hf_size=job.get("hf_size", "small"))
+        shipped = again.model
+        shipped.load_state_dict(model.state_dict(), strict=False)
+    except Exception:  # noqa: BLE001 - a model that cannot be built twice is probed as built
+        shipped = copy.deepcopy(model)
+    drops: dict = {}
+    tensors: dict = {}
+    with torch.no_grad():
+        for mode in ("eval", "train"):
+            shipped.train(mode == "train")
+            outputs = []
+            for seed in (11, 12):
+                torch.manual_seed(seed)
+                flat: dict = {}
+                _flatten(call(shipped, _cast_inputs(inputs, torch.float32, "cpu")), "out", flat)
+                outputs.append({k: v for k, v in flat.items() if v.is_floating_point()})
+            drops[mode] = any(not torch.equal(a, outputs[1].get(k, a)) for k, a in outputs[0].items())
+            if mode == "eval":
+                tensors = {k: v.detach().clone() for k, v in outputs[0].items()}
+    return {"drops": drops, "tensors": tensors}
+
+
 def run_cases(job: dict) -> dict:
     side = job["side"]
     reference = None
@@ -358,6 +482,8 @@ def run_cases(job: dict) -> dict:
                     continue
                 model.load_state_dict(state, strict=True)
                 inputs = reference["inputs/" + name]
+            phase = "eval (dropout as built)"
+            shipped = shipped_probe(case, job, model, inputs, built)
             phase = "train (dropout as built)"
             smoke_model = copy.deepcopy(model)
             smoke_loss = loss_of(call(smoke_model.train(), _cast_inputs(inputs, torch.float32, "cpu")), built, inputs)
@@ -366,6 +492,7 @@ def run_cases(job: dict) -> dict:
             del smoke_model
             zero_dropout(model)
             runs = []
+            kernel_calls: dict = {}
             for mode in ("eval", "train"):
                 dtypes = [job.get("dtype", "float32")]
                 if side == "original" and job.get("fp64", True):
@@ -374,6 +501,7 @@ def run_cases(job: dict) -> dict:
                     phase = f"{mode} {dtype}"
                     step = mode == "eval" and dtype != "float64"
                     grads_key = f"grads/{name}"
+                    COUNTER.take()
                     try:
                         tensors = run_once(built, model, inputs, dtype=dtype, train=mode == "train", step=step,
                                            step_grads=reference.get(grads_key) if reference is not None else None)
@@ -382,12 +510,18 @@ def run_cases(job: dict) -> dict:
                             continue
                         raise
                     runs.append(f"{mode}|{dtype}")
+                    kernel_calls[f"{mode}|{dtype}"] = COUNTER.take()
                     if step and side == "original":
                         saved_state[grads_key] = {k[len("grad/param."):]: v for k, v in tensors.items()
                                                   if k.startswith("grad/param.")}
                     for key, value in tensors.items():
                         saved_tensors[f"{name}|{mode}|{dtype}|{key}"] = value
-            cases[name] = {"status": "ok", "runs": runs, "train_smoke_finite": smoke_finite}
+            for key, value in shipped.pop("tensors").items():
+                saved_tensors[f"{name}|shipped|{key}"] = value
+            cases[name] = {"status": "ok", "runs": runs, "train_smoke_finite": smoke_finite,
+                           "kernel_calls": kernel_calls, "shipped": shipped,
+                           "kernel_eligibility": {k: dict(v) for k, v in COUNTER.eligibility.items()}}
+            COUNTER.eligibility.clear()
         except Exception as exc:  # noqa: BLE001 - every failure becomes a result
             cases[name] = _error(exc, phase)
             if cases[name]["status"] == "oom":
@@ -510,6 +644,8 @@ def serve_bench(job: dict, channel) -> None:
 def main(argv: list[str]) -> int:
     with open(argv[1]) as handle:
         job = json.load(handle)
+    global COUNTER
+    COUNTER = KernelCounter(job.get("count_kernels", ()))
     for entry in reversed(job.get("sys_path", [])):
         sys.path.insert(0, entry)
     if job.get("threads"):

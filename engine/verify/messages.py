@@ -84,7 +84,64 @@ def read_result_file(path: Path) -> dict:
                 raise MalformedMessage(f"case {name}: malformed runs")
             checked["runs"] = runs
             checked["train_smoke_finite"] = case.get("train_smoke_finite") is True
+            checked["kernel_calls"] = _kernel_calls(case.get("kernel_calls"), name)
+            checked["shipped"] = _shipped(case.get("shipped"), name)
+            checked["kernel_eligibility"] = _eligibility(case.get("kernel_eligibility"), name)
         out["cases"][name] = checked
+    return out
+
+
+# a kernel as the rules name it: a qualified name, optionally with the keyword it must be given
+# (`torch.optim.AdamW(fused=True)`)
+_KERNEL = re.compile(r"[A-Za-z_][\w.]{0,199}(\(\w{1,40}=\w{1,40}\))?")
+_RUN = re.compile(r"(eval|train)\|(float32|float64|bfloat16|float16)")
+
+
+def _count(value, what: str) -> int:
+    return int(_number(value, what, integer=True))
+
+
+def _kernel_calls(value, case: str) -> dict:
+    """run ("eval|float32") -> kernel's qualified name -> calls counted in that run (coverage)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or len(value) > 16:
+        raise MalformedMessage(f"case {case}: malformed kernel calls")
+    out: dict = {}
+    for run, calls in value.items():
+        if not isinstance(run, str) or not _RUN.fullmatch(run) or not isinstance(calls, dict) or len(calls) > 64:
+            raise MalformedMessage(f"case {case}: malformed kernel calls")
+        out[run] = {}
+        for kernel, n in calls.items():
+            if not isinstance(kernel, str) or not _KERNEL.fullmatch(kernel):
+                raise MalformedMessage(f"case {case}: malformed kernel name")
+            out[run][kernel] = _count(n, f"case {case}: a kernel's call count")
+    return out
+
+
+def _shipped(value, case: str) -> dict | None:
+    """Whether the model as shipped (its own dropout) drops in eval and in train mode."""
+    if value is None:
+        return None
+    drops = value.get("drops") if isinstance(value, dict) else None
+    if not isinstance(drops, dict) or set(drops) - {"eval", "train"} or not all(isinstance(v, bool) for v in drops.values()):
+        raise MalformedMessage(f"case {case}: malformed dropout probe")
+    return {"drops": dict(drops)}
+
+
+def _eligibility(value, case: str) -> dict:
+    """kernel -> calls a fused backend took, calls only the math path could, and the kernel's reason."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or len(value) > 64:
+        raise MalformedMessage(f"case {case}: malformed kernel eligibility")
+    out: dict = {}
+    for kernel, entry in value.items():
+        if not isinstance(kernel, str) or not _KERNEL.fullmatch(kernel) or not isinstance(entry, dict):
+            raise MalformedMessage(f"case {case}: malformed kernel eligibility")
+        out[kernel] = {"fused": _count(entry.get("fused", 0), f"case {case}: fused calls"),
+                       "math only": _count(entry.get("math only", 0), f"case {case}: math-only calls"),
+                       "why": text(entry.get("why", ""), 500)}
     return out
 
 

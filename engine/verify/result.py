@@ -13,6 +13,7 @@ ERROR = "error"  # a side failed to build or run
 TIMEOUT = "timeout"  # the time limit stopped a side
 OOM = "oom"  # the memory limit stopped a side
 SKIPPED = "skipped"  # nothing to verify with (no harness, no Hugging Face model class)
+NOT_EXERCISED = "not exercised"  # the numbers agree, but the rewritten code path (its kernel) never ran
 
 
 def _finite(value: float | None) -> float | None:
@@ -51,6 +52,8 @@ class VerifyResult:
     duration_s: float = 0.0
     network_isolated: bool | None = None
     notes: list[str] = field(default_factory=list)
+    kernel_calls: dict = field(default_factory=dict)  # kernel -> [original's calls, rewritten's calls]
+    kernel_eligibility: dict = field(default_factory=dict)  # kernel -> {"fused": n, "math only": n, "why": ...}
 
     @property
     def passed(self) -> bool:
@@ -78,6 +81,8 @@ class VerifyResult:
             "duration_s": round(self.duration_s, 3),
             "network_isolated": self.network_isolated,
             "notes": list(self.notes),
+            "kernel_calls": {k: list(v) for k, v in self.kernel_calls.items()},
+            "kernel_eligibility": {k: dict(v) for k, v in self.kernel_eligibility.items()},
         }
 
 
@@ -87,6 +92,7 @@ class Candidate:
 
     id: str
     files: dict[str, str]
+    kernels: tuple[str, ...] = ()  # the rule's `kernel`s: verification requires that one of them ran
 
 
 @dataclass

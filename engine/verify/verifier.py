@@ -39,6 +39,8 @@ class VerifyConfig:
     allow_network: bool = False
     workdir: Path | None = None  # where working copies go (a temporary folder if None)
     keep_workdir: bool = False
+    # kernels whose calls both sides count (coverage); None: every rule's `kernel`
+    count_kernels: tuple[str, ...] | None = None
 
     def limits(self) -> Limits:
         return Limits(timeout_s=self.timeout_s, memory_bytes=self.memory_bytes, threads=self.threads,
@@ -97,6 +99,7 @@ class Verifier:
         self.dir.mkdir(parents=True, exist_ok=True)
         self._references: dict[str, _SideRun] = {}
         self._counter = 0
+        self.count_kernels = self.config.count_kernels if self.config.count_kernels is not None else _rule_kernels()
 
     def __enter__(self) -> Verifier:
         return self
@@ -140,6 +143,7 @@ class Verifier:
             "reinit": self.config.reinit_weights,
             "threads": self.config.threads,
             "reference_file": str(reference_file),
+            "count_kernels": list(self.count_kernels),
             "tensors_file": str(job_dir / "tensors.pt"),
             "result_file": str(job_dir / "result.json"),
         }
@@ -192,7 +196,11 @@ class Verifier:
 
     # ---------------------------------------------------------------------------------------------
 
-    def check(self, overlay: dict[str, str]) -> VerifyResult:
+    def check(self, overlay: dict[str, str], kernels: tuple[str, ...] = ()) -> VerifyResult:
+        """Compare the original with ``overlay``. Where ``kernels`` are given, one of them must run
+        more often in the rewritten model than in the original during verification; otherwise the
+        result is "not exercised" (the code the rewrite added never ran: a guard sent every call
+        down the original path), never "passed"."""
         started = time.monotonic()
         targets = self.targets if self.targets is not None else discover_targets(
             self.root, overlay, hf_limit=self.config.hf_max_models)
@@ -226,18 +234,25 @@ class Verifier:
                 statuses.append((candidate.status, f"the rewritten model: {candidate.message}"))
                 continue
             statuses += self._compare(reference, candidate, result)
+            _count_calls(reference, candidate, result, kernels)
+            _eligibility(candidate, result, kernels)
+        if kernels and not statuses and result.cases:
+            statuses += _coverage(result, kernels)
         if result.network_isolated is False:
             result.notes.append("network was not isolated (no `unshare -n` here); the child could reach the network")
         if not result.cases and not statuses:
             statuses.append((R.ERROR, "no case could be run on the original model"))
-        for status in (R.INCOMPATIBLE, R.FAILED, R.OOM, R.TIMEOUT, R.ERROR):
+        for status in (R.INCOMPATIBLE, R.FAILED, R.OOM, R.TIMEOUT, R.ERROR, R.NOT_EXERCISED):
             messages = [m for s, m in statuses if s == status]
             if messages:
                 result.status, result.message = status, "; ".join(dict.fromkeys(messages))[:4000]
                 break
         else:
             n = len(result.cases)
-            result.message = f"{n} comparisons agree (max relative error {result.max_rel_err or 0:.2g})"
+            result.message = f"{n} comparisons agree (max error {result.max_rel_err or 0:.2g} of the tensors' scale)"
+            ran = [f"{k}: {v[1]} call(s), original {v[0]}" for k, v in result.kernel_calls.items() if k in kernels]
+            if ran:
+                result.message += "; kernel ran (" + "; ".join(ran) + ")"
         result.duration_s = time.monotonic() - started
         return result
 
@@ -257,8 +272,8 @@ class Verifier:
         root = self.root
         checked = self.check
 
-        def check(overlay, label: str):
-            outcome = checked(overlay)
+        def check(overlay, label: str, kernels: tuple[str, ...]):
+            outcome = checked(overlay, kernels)
             if on_check is not None:
                 on_check(label)
             return outcome
@@ -270,7 +285,12 @@ class Verifier:
                 return overlay_from(root, combine(list(ids)))
             return merge_overlays(root, [overlays[cid] for cid in ids])
 
-        per = {c.id: check(overlays[c.id], c.id) for c in candidates}
+        kernels_of = {c.id: tuple(c.kernels) for c in candidates}
+
+        def kernels(ids) -> tuple[str, ...]:
+            return tuple(dict.fromkeys(k for cid in ids for k in kernels_of[cid]))
+
+        per = {c.id: check(overlays[c.id], c.id, kernels_of[c.id]) for c in candidates}
         dropped = {cid: f"{r.status}: {r.message}" for cid, r in per.items() if not r.passed}
         passing = [c.id for c in candidates if per[c.id].passed]
         if not passing:
@@ -279,7 +299,7 @@ class Verifier:
             return CandidatesResult(per, passing, dropped, per[passing[0]], overlays[passing[0]])
         try:
             merged = merged_overlay(passing)
-            together = check(merged, "together")
+            together = check(merged, "together", kernels(passing))
             if together.passed:
                 return CandidatesResult(per, passing, dropped, together, merged)
         except MergeConflict:
@@ -292,7 +312,7 @@ class Verifier:
             except MergeConflict as exc:
                 dropped[cid] = f"conflict: {exc}"
                 continue
-            outcome = check(trial, f"{cid} with {', '.join(accepted)}")
+            outcome = check(trial, f"{cid} with {', '.join(accepted)}", kernels([*accepted, cid]))
             if outcome.passed:
                 accepted.append(cid)
                 combined, combined_files = outcome, trial
@@ -345,15 +365,87 @@ class Verifier:
                                            message="" if smoke_ok else "non-finite loss in train mode with dropout"))
             if not smoke_ok:
                 statuses.append((R.FAILED, f"{name}: non-finite loss in train mode with dropout"))
+            statuses += self._compare_shipped(name, ref_case, new_case, reference, candidate, result)
         return statuses
+
+    def _compare_shipped(self, name: str, ref_case: dict, new_case: dict, reference: _SideRun, candidate: _SideRun,
+                         result: VerifyResult) -> list[tuple[str, str]]:
+        """Dropout as the model ships: the rewrite must drop in exactly the modes the original drops
+        in, and where neither drops in eval mode the outputs must agree."""
+        from engine.verify.compare import check_run
+
+        ref, new = ref_case.get("shipped"), new_case.get("shipped")
+        if not ref or not new:
+            return []
+        problems = [f"in {mode} mode the original {'drops' if ref['drops'][mode] else 'does not drop'} "
+                    f"and the rewrite {'does' if new['drops'][mode] else 'does not'}"
+                    for mode in ("eval", "train") if ref["drops"].get(mode) != new["drops"].get(mode)]
+        checks = []
+        if not problems and not ref["drops"]["eval"]:
+            prefix = f"{name}|shipped|"
+            pick = lambda tensors: {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}  # noqa: E731
+            checks = check_run(pick(reference.tensors), pick(candidate.tensors), "float32")
+            problems += [f"{c.key}: {c.message}" for c in checks if not c.passed][:5]
+        case = CaseResult(name, "eval-as-shipped", not problems, message="; ".join(problems),
+                          max_abs_err=max((c.max_abs_err for c in checks), default=None),
+                          max_rel_err=max((c.max_rel_err for c in checks), default=None), tensors=len(checks))
+        result.cases.append(case)
+        return [(R.FAILED, f"{name} with dropout as shipped: {case.message}")] if problems else []
+
+
+def _rule_kernels() -> tuple[str, ...]:
+    from engine.scan import select_rules  # the rule library names its kernels
+
+    return tuple(dict.fromkeys(r.kernel for r in select_rules("all") if getattr(r, "kernel", None)))
+
+
+def _count_calls(reference: _SideRun, candidate: _SideRun, result: VerifyResult, kernels: tuple[str, ...]) -> None:
+    """Sum each kernel's calls over the compared runs, per side."""
+    for name, ref_case in reference.cases.items():
+        new_case = candidate.cases.get(name) or {}
+        for side, case in ((0, ref_case), (1, new_case)):
+            for calls in (case.get("kernel_calls") or {}).values():
+                for kernel, n in calls.items():
+                    if kernel in kernels:
+                        result.kernel_calls.setdefault(kernel, [0, 0])[side] += int(n)
+
+
+def _eligibility(candidate: _SideRun, result: VerifyResult, kernels: tuple[str, ...]) -> None:
+    """How many of the rewritten model's kernel calls a fused backend could take (CPU here; with only
+    the fused backends enabled the call must succeed). Calls it cannot take run the math path."""
+    totals: dict = {}
+    for case in candidate.cases.values():
+        for kernel, entry in (case.get("kernel_eligibility") or {}).items():
+            if kernel in kernels:
+                total = totals.setdefault(kernel, {"fused": 0, "math only": 0, "why": ""})
+                total["fused"] += entry.get("fused", 0)
+                total["math only"] += entry.get("math only", 0)
+                total["why"] = total["why"] or entry.get("why", "")
+    for kernel, total in totals.items():
+        result.kernel_eligibility[kernel] = total
+        if total["math only"]:
+            result.notes.append(f"{kernel}: {total['math only']} of {total['fused'] + total['math only']} calls "
+                                f"no fused kernel takes (they run the math path and cannot pay): {total['why']}")
+
+
+def _coverage(result: VerifyResult, kernels: tuple[str, ...]) -> list[tuple[str, str]]:
+    counted = {k: v for k, v in result.kernel_calls.items() if k in kernels}
+    if not counted:
+        result.notes.append(f"coverage not measured: {', '.join(kernels)} could not be counted in the child")
+        return []
+    if any(new > old for old, new in counted.values()):
+        return []
+    calls = "; ".join(f"{k}: {new} call(s) in the rewritten model, {old} in the original" for k, (old, new) in counted.items())
+    return [(R.NOT_EXERCISED, "the outputs agree, but the rewritten code path never ran during verification "
+             f"({calls}): a guard or branch sent every call down the original code")]
 
 
 def verify(original_root: Path, rewritten: dict[str, str] | Path, targets: list[Target] | None = None, *,
-           config: VerifyConfig | None = None) -> VerifyResult:
+           config: VerifyConfig | None = None, kernels: tuple[str, ...] = ()) -> VerifyResult:
     """Verify one rewrite: the original tree against it (a ``{path: text}`` overlay or a rewritten
     copy of the tree). ``targets`` default to what ``discover_targets`` finds."""
     with Verifier(original_root, targets, config=config) as verifier:
-        return verifier.check(overlay_from(Path(original_root), rewritten))
+        return verifier.check(overlay_from(Path(original_root), rewritten), kernels)
 
 
 def verify_candidates(original_root: Path, candidates: list[Candidate], targets: list[Target] | None = None, *,

@@ -75,3 +75,42 @@ def test_a_forged_verification_result_fails_the_verification_cleanly(tmp_path, w
     result = verify(repo, sdpa_rewrite(repo), config=verify_config(tmp_path / "verify"))
     assert result.status == "error", (result.status, result.message)
     assert "rejected" in result.message and reason in result.message
+
+
+def _result_file(tmp_path, case_extra: dict):
+    import json
+
+    case = {"status": "ok", "runs": ["eval|float32"], **case_extra}
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps({"status": "ok", "cases": {"harness.py:build": case}}))
+    return path
+
+
+def test_coverage_and_dropout_probe_fields_are_carried_checked(tmp_path):
+    from engine.verify.messages import read_result_file
+
+    good = {"kernel_calls": {"eval|float32": {"torch.nn.functional.scaled_dot_product_attention": 3,
+                                              "torch.optim.AdamW(fused=True)": 0}},
+            "shipped": {"drops": {"eval": False, "train": True}, "extra": "dropped"},
+            "kernel_eligibility": {"torch.nn.functional.scaled_dot_product_attention":
+                                   {"fused": 2, "math only": 1, "why": "requires 4 dimensional\x1b[31m inputs"}}}
+    case = read_result_file(_result_file(tmp_path, good))["cases"]["harness.py:build"]
+    assert case["kernel_calls"] == good["kernel_calls"]
+    assert case["shipped"] == {"drops": {"eval": False, "train": True}}
+    assert case["kernel_eligibility"]["torch.nn.functional.scaled_dot_product_attention"]["fused"] == 2
+    assert "\x1b" not in case["kernel_eligibility"]["torch.nn.functional.scaled_dot_product_attention"]["why"]
+
+
+@pytest.mark.parametrize("extra", [
+    {"kernel_calls": {"eval|float32": {"torch.nn.functional.scaled_dot_product_attention": -1}}},
+    {"kernel_calls": {"eval|float32": {"x; rm -rf /": 1}}},
+    {"kernel_calls": {"sideways": {}}},
+    {"kernel_calls": {"eval|float32": {"k": 1.5}}},
+    {"shipped": {"drops": {"eval": "yes"}}},
+    {"kernel_eligibility": {"k": {"fused": float("nan")}}},
+])
+def test_forged_coverage_or_probe_fields_are_rejected(tmp_path, extra):
+    from engine.verify.messages import MalformedMessage, read_result_file
+
+    with pytest.raises(MalformedMessage):
+        read_result_file(_result_file(tmp_path, extra))

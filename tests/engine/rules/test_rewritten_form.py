@@ -26,7 +26,8 @@ def by_hand(model):
 
 
 def written_by_adopter(model):
-    return torch.optim.AdamW(model.parameters(), lr=1e-3, fused=torch.cuda.is_available())
+    return torch.optim.AdamW(model.parameters(), lr=1e-3,
+                             fused=all(p.device.type in ("cpu", "cuda") for p in model.parameters()))
 """
     findings, new_text = scan_source(source, select_rules("fused-adamw"))
     assert [(f.line, f.status, f.reason) for f in findings] == [(5, "near-miss", "the call already sets fused=")]

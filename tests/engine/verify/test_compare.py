@@ -62,3 +62,19 @@ def test_a_gradient_zero_in_exact_arithmetic_compares_against_its_kind():
     rewritten["grad/param.key.bias"] = 2 * original["grad/param.key.bias"]
     checks = {c.key: c for c in check_run(original, rewritten, "float32", ref64)}
     assert not checks["grad/param.key.bias"].passed
+
+
+def test_reported_error_of_a_noise_level_gradient_is_measured_against_its_kind():
+    """A gradient that is rounding noise on both sides passes, and its error is reported against
+    the largest gradient (not against itself, where it reads as an error of several hundred percent
+    beside "passed"); a real error still reads as one."""
+    truth = {"grad/param.w": torch.randn(64, 64, dtype=torch.float64), "grad/param.b": torch.zeros(64, dtype=torch.float64)}
+    original = {"grad/param.w": truth["grad/param.w"].float(), "grad/param.b": 1e-8 * torch.randn(64)}
+    rewritten = {"grad/param.w": truth["grad/param.w"].float(), "grad/param.b": 3e-8 * torch.randn(64)}
+    checks = {c.key: c for c in check_run(original, rewritten, "float32", truth)}
+    noise = checks["grad/param.b"]
+    assert noise.passed
+    assert noise.max_rel_err < 1e-6  # about 1e-7 / the largest gradient, not ~3 (noise / noise)
+    wrong = dict(rewritten, **{"grad/param.w": 1.01 * truth["grad/param.w"].float()})
+    bad = {c.key: c for c in check_run(original, wrong, "float32", truth)}["grad/param.w"]
+    assert not bad.passed and bad.max_rel_err == pytest.approx(0.01, rel=1e-2)

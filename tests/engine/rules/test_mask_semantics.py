@@ -1,0 +1,149 @@
+"""The attention rewrite on the rows where bugs hide: query x key masks with padded queries (rows
+whose every key is masked) and a fully padded sample, for every mask form the rule accepts, forward
+and gradients, in float64 so that any difference is a semantic one, not rounding.
+
+What the original gives on a fully masked row, and so what the rewrite must give:
+- `masked_fill(drop, fill)` with a finite fill (-1e9, finfo.min, -finfo.max): softmax over equal
+  values, the plain average of v; no gradient reaches q or k (masked_fill blocks it);
+- `masked_fill(drop, -inf)`: NaN;
+- an additive float mask: softmax(s + mask) whatever the row holds (the same arithmetic; gradients on a row
+  the mask swamps differ, a known limit, see the test);
+- GPT-2's `torch.where(keep, s, finfo.min) + mask`: the same values as the float mask SDPA gets.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.scan import scan_source, select_rules
+
+torch = pytest.importorskip("torch")
+
+pytestmark = pytest.mark.torch
+
+HEADER = """
+import math
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+"""
+
+# name -> (statements between the scores `s` and the softmax, how the mask argument is made)
+FORMS = {
+    "finite fill -1e9 (mask == 0)": ("s = s.masked_fill(mask == 0, -1e9)", "keep_int"),
+    "finite fill finfo.min": ("s = s.masked_fill(~mask, torch.finfo(q.dtype).min)", "keep_bool"),
+    "finite fill -finfo.max": ("s = s.masked_fill(~mask, -torch.finfo(q.dtype).max)", "keep_bool"),
+    "infinite fill -inf": ("s = s.masked_fill(mask, float('-inf'))", "drop_bool"),
+    "infinite fill -math.inf": ("s = s.masked_fill(mask == 0, -math.inf)", "keep_int"),
+    "additive float mask then finite fill": ("s = s + bias\n        s = s.masked_fill(mask == 0, -1e9)", "keep_int"),
+    "additive float mask then infinite fill": ("s = s + bias\n        s = s.masked_fill(mask == 0, float('-inf'))", "keep_int"),
+    "additive finfo.min mask": ("s = s + mask", "additive_min"),
+}
+
+SOURCE = HEADER + '''
+class Attention(nn.Module):
+    def forward(self, q, k, v, mask, bias):
+        s = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(q.size(-1))
+        {body}
+        p = F.softmax(s, dim=-1)
+        return torch.matmul(p, v)
+'''
+
+
+def _masks(kind: str, b=3, h=2, n=5, m=6):
+    keep_q = torch.ones(b, n, dtype=torch.bool)
+    keep_k = torch.ones(b, m, dtype=torch.bool)
+    keep_q[0, -2:] = False  # padded queries: their rows mask every key
+    keep_k[0, -3:] = False
+    keep_k[1] = False  # a fully padded sample
+    keep = keep_q[:, None, :, None] & keep_k[:, None, None, :]
+    if kind == "keep_int":
+        return keep.long()
+    if kind == "keep_bool":
+        return keep
+    if kind == "drop_bool":
+        return ~keep
+    if kind == "additive_min":
+        return torch.zeros(keep.shape, dtype=torch.float64).masked_fill(~keep, torch.finfo(torch.float64).min)
+    raise ValueError(kind)
+
+
+def _rewrite(source: str) -> str:
+    findings, new = scan_source(source, select_rules("sdpa-attention"), "case.py", "case")
+    assert new != source, [(f.status, f.reason) for f in findings]
+    return new
+
+
+def _module(source: str):
+    namespace: dict = {}
+    exec(compile(source, "<case>", "exec"), namespace)  # noqa: S102 - sources written in this file
+    return namespace["Attention"]()
+
+
+def _run(module, mask, train: bool):
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(3, 2, n, 8, generator=gen, dtype=torch.float64, requires_grad=True)
+               for n in (5, 6, 6))
+    bias = torch.randn(1, 2, 5, 6, generator=gen, dtype=torch.float64)
+    module.train(train)
+    out = module(q, k, v, mask, bias)
+    # the loss reads only finite outputs: a NaN row (infinite fill) must be NaN on both sides, and
+    # the gradients of everything else must still agree
+    loss = (out.nan_to_num(0.0) * torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view(out.shape)).sum()
+    loss.backward()
+    return out.detach(), {name: t.grad for name, t in (("q", q), ("k", k), ("v", v))}
+
+
+@pytest.mark.parametrize("form", sorted(FORMS))
+@pytest.mark.parametrize("train", [False, True], ids=["eval", "train"])
+def test_fully_masked_rows_agree(form, train):
+    body, mask_kind = FORMS[form]
+    source = SOURCE.format(body=body)
+    new = _rewrite(source)
+    mask = _masks(mask_kind)
+    expected, expected_grads = _run(_module(source), mask, train)
+    got, got_grads = _run(_module(new), mask, train)
+    assert torch.equal(expected.isnan(), got.isnan()), f"NaN rows differ:\n{new}"
+    torch.testing.assert_close(got.nan_to_num(0.0), expected.nan_to_num(0.0), rtol=1e-10, atol=1e-12,
+                               msg=lambda m: f"{form}: outputs differ\n{m}\n{new}")
+    for name in ("q", "k", "v"):
+        want, have = expected_grads[name], got_grads[name]
+        if mask_kind == "additive_min":
+            # Known limit (a stated deviation, not a pass): on a row an additive mask swamps (every
+            # s + finfo.min rounds to finfo.min) the forward agrees, but the gradients do not: the
+            # eager q/k gradients there are derivatives through rounded-away values, and the kernel's
+            # backward recomputes the probabilities from a logsumexp that lost log(n) to rounding
+            # (each is 1 instead of 1/n, so v's gradient is n times too large). Only the sample
+            # without such rows is compared; the rewrite of additive masks is not exact there.
+            want, have = want[2], have[2]
+        if name == "v" and want.isnan().any():
+            # Stated deviation: under an infinite fill the original's softmax backward multiplies the
+            # zero gradient of its NaN rows by NaN probabilities, so v's gradient is NaN for every
+            # sample holding such a row; the rewrite's is finite there. Elsewhere it must agree.
+            assert not have.isnan().any()
+            clean = ~want.isnan().flatten(1).any(1)
+            assert clean.any()
+            want, have = want[clean], have[clean]
+        torch.testing.assert_close(have, want, rtol=1e-10, atol=1e-12,
+                                   msg=lambda m, name=name: f"{form}: grad of {name} differs\n{m}\n{new}")
+
+
+def test_fixture_really_has_fully_masked_rows():
+    """The probes above would say nothing if no row were fully masked."""
+    keep = _masks("keep_bool")
+    full_rows = (~keep).all(-1)
+    assert full_rows[0, 0, -2:].all() and full_rows[1].all() and not full_rows[2].any()
+
+
+def test_finite_fill_average_and_infinite_fill_nan_are_what_the_original_gives():
+    """The reference values the rewrite is held to, written out: a fully masked row is the average of
+    v under a finite fill and NaN under -inf."""
+    mask = _masks("drop_bool")
+    finite = _module(SOURCE.format(body="s = s.masked_fill(mask, -1e9)"))
+    out, _ = _run(finite, mask, False)
+    gen = torch.Generator().manual_seed(0)
+    _, _, v = (torch.randn(3, 2, n, 8, generator=gen, dtype=torch.float64) for n in (5, 6, 6))
+    torch.testing.assert_close(out[1], v[1].mean(-2, keepdim=True).expand(2, 5, 8))
+    infinite = _module(SOURCE.format(body="s = s.masked_fill(mask, float('-inf'))"))
+    out, _ = _run(infinite, mask, False)
+    assert out[1].isnan().all() and out[0, :, -2:].isnan().all() and not out[2].isnan().any()
