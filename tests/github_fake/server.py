@@ -103,6 +103,7 @@ NEEDS: dict[str, tuple[tuple[str, ...], str]] = {
     "create_issue_comment": (("issues", "pull_requests"), "write"),
     "get_issue_comment": (("issues", "pull_requests"), "read"),
     "create_reaction": (("issues", "pull_requests"), "write"),
+    "upload_sarif": (("security_events",), "write"),
 }
 
 
