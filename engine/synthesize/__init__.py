@@ -1,18 +1,26 @@
 """Synthesis: rewrite source for the findings that scope analysis proved safe.
 
-`apply_findings` edits one file: it applies one finding, extracts and matches the result again, and
-repeats (bottom-most finding first), so positions are always fresh and a second scan of the output
-finds nothing left to rewrite. A finding that cannot be rewritten is turned into a near-miss with
-the reason; the rest still apply.
+`apply_findings` edits one file. The findings are grouped by the function that holds them; each such
+region is parsed once with libcst and every finding in it becomes an edit computed against that one
+parse; the edits are made together in one pass, the region is checked to compile, and put back in
+the file. Two findings whose edits touch the same statements cannot both be computed against one
+parse: the lower one is made, and the other is matched again on the edited text in a further round
+(the only case that parses a region twice). A finding that cannot be rewritten is turned into a
+near-miss with the reason; the rest still apply. Then the imports the new code needs are added, and
+imports and parameter-free modules it orphaned are removed.
 """
 
 from __future__ import annotations
 
 from engine.match.matcher import Finding
-from engine.synthesize.rewrite import SynthesisError, Synthesizer, add_imports
+from engine.synthesize.context import FileContext
+from engine.synthesize.imports import tidy_imports
+from engine.synthesize.region import Region, regions
+from engine.synthesize.rewrite import Edit, SynthesisError, Synthesizer
+from engine.synthesize.style import Style, find_style
 from engine.synthesize.template import TemplateError
 
-MAX_REWRITES_PER_FILE = 200
+MAX_ROUNDS = 20
 
 REWRITABLE = ("rewritten", "guarded")
 
@@ -21,14 +29,74 @@ def _identity(f: Finding) -> tuple:
     return (f.rule_id, f.cls, f.method, f.line)
 
 
-def _span(finding: Finding) -> tuple[int, int]:
-    """The lines a rewrite of `finding` reads or edits: its matched nodes and removed checks (the
-    enclosing statements are found from these)."""
-    places = [*finding.locations, *finding.checks]
-    return min(p.line for p in places), max(p.end_line for p in places)
+class _File:
+    """One file being rewritten: what was applied, what failed and why."""
+
+    def __init__(self, text: str, context: FileContext) -> None:
+        self.text = text
+        self.context = context
+        self.failed: dict[tuple, str] = {}
+        self.applied_rules: dict[str, object] = {}
+        self.codes: list[str] = []
+
+    def rewrite_region(self, lines: list[str], region: Region, path: str) -> tuple[list[str], bool]:
+        """The region's new lines, and whether some finding was left for another round."""
+        original = lines[region.start - 1:region.end]
+        try:
+            synth = Synthesizer(region.text(lines), lines, region.offset, self.context)
+        except Exception as exc:  # libcst cannot parse this function: nothing in it is rewritten
+            for f in region.findings:
+                self.failed[_identity(f)] = f"the function does not parse for rewriting: {exc}"
+            return original, False
+        edits: list[tuple[Finding, Edit]] = []
+        deferred = False
+        for finding in sorted(region.findings, key=lambda f: (f.line, f.end_line), reverse=True):
+            try:
+                edit = synth.edit(finding)
+            except (SynthesisError, TemplateError) as exc:
+                self.failed[_identity(finding)] = str(exc)
+                continue
+            if any(edit.overlaps(other) for _, other in edits):
+                deferred = True  # made on the edited text in the next round
+                continue
+            edits.append((finding, edit))
+        if not edits:
+            return original, deferred
+        code = self._compiling(synth, edits, path)
+        if code is None:
+            return original, deferred
+        for finding, edit in edits:
+            if _identity(finding) not in self.failed:
+                self.applied_rules[finding.rule_id] = finding.match.rule  # type: ignore[union-attr]
+                self.codes.append(edit.code)
+        return region.lines_of(code, lines), deferred
+
+    def _compiling(self, synth: Synthesizer, edits: list[tuple[Finding, Edit]], path: str) -> str | None:
+        code = synth.apply([e for _, e in edits])
+        if _compiles(code, path):
+            return code
+        # some edit breaks the code: find it by making each alone (error path only)
+        good = []
+        for finding, edit in edits:
+            if _compiles(synth.apply([edit]), path):
+                good.append((finding, edit))
+            else:
+                self.failed[_identity(finding)] = "the rewritten code does not compile"
+        if not good:
+            return None
+        code = synth.apply([e for _, e in good])
+        return code if _compiles(code, path) else None
 
 
-def apply_findings(text: str, findings: list[Finding]) -> str:
+def _compiles(code: str, path: str) -> bool:
+    try:
+        compile(code, path, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
+def apply_findings(text: str, findings: list[Finding], style: Style | None = None) -> str:
     from engine.extract import extract_source
     from engine.match import find
 
@@ -38,42 +106,47 @@ def apply_findings(text: str, findings: list[Finding]) -> str:
     rules = list({id(f.match.rule): f.match.rule for f in todo}.values())  # type: ignore[union-attr]
     file = todo[0].match.file  # type: ignore[union-attr]
     original = text
-    applied_rules: dict[str, object] = {}
-    failed: dict[tuple, str] = {}
-    current = todo
-    for _ in range(MAX_REWRITES_PER_FILE):
-        candidates = sorted((f for f in current if f.status in REWRITABLE and _identity(f) not in failed),
-                            key=lambda f: (f.line, f.end_line), reverse=True)
-        if not candidates:
-            break
-        # Bottom-up: an edit never moves the lines above it, so every finding that ends above the
-        # last edit can be applied to the edited text without matching again.
-        edited_from = None
-        for finding in candidates:
-            if edited_from is not None and finding.end_line >= edited_from:
-                continue  # overlaps an edit made in this round: matched again in the next one
-            try:
-                new_text = Synthesizer(text, _span(finding)).rewrite(finding)
-                compile(new_text, file.path, "exec")
-            except (SynthesisError, TemplateError, SyntaxError) as exc:
-                failed[_identity(finding)] = str(exc)
-                continue
-            text = new_text
-            edited_from = finding.line
-            applied_rules[finding.rule_id] = finding.match.rule  # type: ignore[union-attr]
-        if edited_from is None:
+    state = _File(text, FileContext.of(text, style))
+    for _ in range(MAX_ROUNDS):
+        lines = text.splitlines(keepends=True)
+        new_lines = list(lines)
+        again = False
+        for region in reversed(regions(todo, len(lines))):  # bottom-up: earlier lines do not move
+            replaced, deferred = state.rewrite_region(lines, region, file.path)
+            new_lines[region.start - 1:region.end] = replaced
+            again = again or deferred
+        text = "".join(new_lines)
+        if not again:
             break
         fm = extract_source(text, file.path, file.module)
-        current = find([fm], rules, near_misses=False)
+        todo = [f for f in find([fm], rules, near_misses=False)
+                if f.status in REWRITABLE and f.match is not None and _identity(f) not in state.failed]
+        if not todo:
+            break
     if text != original:
-        imports = [line for rule in applied_rules.values() for line in rule.imports]  # type: ignore[attr-defined]
-        text = add_imports(text, list(dict.fromkeys(imports)))
+        imports = list(dict.fromkeys(line for rule in state.applied_rules.values()
+                                     for line in rule.imports))  # type: ignore[attr-defined]
+        text = tidy_imports(original, text, imports, _names_in(state.codes), state.context.aliases,
+                            is_package_init=file.path.endswith("__init__.py"))
     for f in findings:
-        reason = failed.get(_identity(f))
+        reason = state.failed.get(_identity(f))
         if reason is not None:
             f.status = "near-miss"
             f.reason = f"not rewritten: {reason}"
     return text
 
 
-__all__ = ["SynthesisError", "apply_findings"]
+def _names_in(codes: list[str]) -> set[str]:
+    import ast
+
+    names: set[str] = set()
+    for code in codes:
+        try:
+            tree = ast.parse(code, mode="eval")
+        except SyntaxError:
+            continue
+        names.update(n.id for n in ast.walk(tree) if isinstance(n, ast.Name))
+    return names
+
+
+__all__ = ["SynthesisError", "Style", "apply_findings", "find_style"]
