@@ -74,6 +74,20 @@ def _orphan_modules(tree: ast.Module, before_attrs: set[str], after_attrs: set[s
     return found
 
 
+def _without(stmt: ast.Import | ast.ImportFrom, names: set[str], line: str) -> str:
+    """The import line `line` of `stmt` without the aliases that bind `names` (its comment kept)."""
+    kept = [a for a in stmt.names if (a.asname or (a.name.partition(".")[0] if isinstance(stmt, ast.Import) else a.name))
+            not in names]
+    spelled = ", ".join(a.name + (f" as {a.asname}" if a.asname else "") for a in kept)
+    head = line[:len(line) - len(line.lstrip())]
+    if isinstance(stmt, ast.Import):
+        text = f"import {spelled}"
+    else:
+        text = f"from {'.' * stmt.level}{stmt.module or ''} import {spelled}"
+    comment = line[line.index("#"):].rstrip("\n") if "#" in line[stmt.end_col_offset or 0:] else ""
+    return head + text + (f"  {comment}" if comment else "") + "\n"
+
+
 def tidy_imports(original: str, text: str, needed: list[str], used: set[str], aliases: dict[str, str],
                  is_package_init: bool = False) -> str:
     """`text` with the import lines of `needed` that bind a name in `used` and that the file does
@@ -91,6 +105,7 @@ def tidy_imports(original: str, text: str, needed: list[str], used: set[str], al
         if any(n in used for n in names) and not all(n in bound for n in names):
             missing.append(line if line.endswith("\n") else line + "\n")
     delete: set[int] = set()  # 0-based line indexes
+    replace: dict[int, str] = {}
     if not is_package_init:
         before_names, before_attrs = _loads(before)
         after_names, after_attrs = _loads(tree)
@@ -102,11 +117,15 @@ def tidy_imports(original: str, text: str, needed: list[str], used: set[str], al
             after_names_kept, _ = _loads(kept_tree)
         for stmt in tree.body:
             names = _bound(stmt)
-            if names and isinstance(stmt, (ast.Import, ast.ImportFrom)) and stmt.lineno == stmt.end_lineno \
-                    and all(n in before_names and n not in after_names_kept for n in names) \
-                    and (not isinstance(stmt, ast.ImportFrom) or stmt.module != "__future__"):
+            if not names or not isinstance(stmt, (ast.Import, ast.ImportFrom)) or stmt.lineno != stmt.end_lineno \
+                    or isinstance(stmt, ast.ImportFrom) and stmt.module == "__future__":
+                continue
+            orphaned = {n for n in names if n in before_names and n not in after_names_kept}
+            if len(orphaned) == len(names):
                 delete.add(stmt.lineno - 1)
-    if not missing and not delete:
+            elif orphaned:
+                replace[stmt.lineno - 1] = _without(stmt, orphaned, lines[stmt.lineno - 1])
+    if not missing and not delete and not replace:
         return text
     insert_after = -1  # after this 0-based line
     for i, stmt in enumerate(tree.body):
@@ -118,7 +137,7 @@ def tidy_imports(original: str, text: str, needed: list[str], used: set[str], al
     out: list[str] = list(missing) if insert_after < 0 else []
     for i, line in enumerate(lines):
         if i not in delete:
-            out.append(line)
+            out.append(replace.get(i, line))
         if i == insert_after:
             out.extend(missing)
     return "".join(out)

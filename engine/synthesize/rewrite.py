@@ -355,6 +355,35 @@ def _reads_outside(stmt: cst.CSTNode, guard: cst.BaseExpression) -> set[str]:
     return names.reads
 
 
+class _Fit(cst.CSTTransformer):
+    def __init__(self, style, column: int, unit: int) -> None:
+        self.style = style
+        self.column = column
+        self.unit = unit
+        self.depth = 0
+
+    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> bool:  # noqa: N802 - libcst's visitor names
+        self.depth += 1
+        return True
+
+    def leave_IndentedBlock(self, original, updated):  # noqa: N802
+        self.depth -= 1
+        return updated
+
+    def leave_SimpleStatementLine(self, original, updated):  # noqa: N802
+        text = cst.Module([]).code_for_node(updated.with_changes(leading_lines=[]))
+        width = self.column + self.depth * self.unit
+        if max(len(line) for line in text.splitlines()) + width <= self.style.line_length:
+            return updated
+        formatted = self.style.format_statement(text, width)
+        if formatted == text:
+            return updated
+        try:
+            return cst.parse_statement(formatted).with_changes(leading_lines=updated.leading_lines)
+        except cst.ParserSyntaxError:
+            return updated
+
+
 def _python_name(ssa: str) -> str:
     return ssa.split(".", 1)[0]
 
@@ -560,8 +589,10 @@ class Synthesizer:
                 except cst.ParserSyntaxError:
                     continue
         rewriter = _Rewriter({root_stmt.node: new_stmt}, set(removable), facts=kernel_facts)
-        kept = self._branch(run, rewriter)
-        original = self._branch([s.deep_clone() for s in run], _Rewriter({}, set(), facts=known_when(guard, True, outer)))
+        column = self.positions[anchor].start.column
+        kept = self._fit(self._branch(run, rewriter), column)
+        original = self._fit(self._branch([s.deep_clone() for s in run],
+                                          _Rewriter({}, set(), facts=known_when(guard, True, outer))), column)
         if not kept or not original:
             raise SynthesisError("a branch of the guarded rewrite would be empty")
         first_stmt = run[0]
@@ -575,6 +606,13 @@ class Synthesizer:
         self._check_reads_after(anchor, body, run, original, kept, guard)
         footprint = [(self._footprint(run[0])[0], self._footprint(run[-1])[1])]
         return Edit({}, set(), {run[0]: (new_if, run[1:])}, footprint, code)
+
+    def _fit(self, statements: list[cst.CSTNode], column: int) -> list[cst.CSTNode]:
+        """`statements`, now one block deeper than at `column`, with each line that no longer fits
+        the repository's line length laid out again by the formatter."""
+        fit = _Fit(self.context.style, column, len(self.indent_unit.expandtabs()))
+        block = cst.IndentedBlock(body=statements).visit(fit)  # type: ignore[arg-type]
+        return list(block.body) if isinstance(block, cst.IndentedBlock) else statements
 
     @staticmethod
     def _branch(run: list[cst.CSTNode], rewriter: _Rewriter) -> list[cst.CSTNode]:

@@ -1,0 +1,70 @@
+"""The mergeability check (engine/synthesize/mergeable.py) catches what a maintainer would reject,
+and every rule example's rewrite passes it."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.scan import scan_source
+from engine.synthesize.mergeable import check
+from tests.engine.rules.test_rule_examples import RULES
+
+ORIGINAL = """import math
+import torch
+
+
+def f(x, flag):
+    y = torch.relu(x)
+    return y * math.pi
+"""
+
+
+def test_clean_rewrite_passes():
+    assert check(ORIGINAL, ORIGINAL.replace("torch.relu(x)", "torch.nn.functional.relu(x)")).ok
+
+
+def test_new_unused_import_is_found():
+    verdict = check(ORIGINAL, ORIGINAL.replace("return y * math.pi", "return y"))
+    assert verdict.new_lint == ["F401: import math"]
+
+
+def test_long_line_counts_at_the_given_length_only():
+    long = ORIGINAL.replace("torch.relu(x)", "torch.relu(" + " + ".join(["x"] * 24) + ")")
+    assert check(ORIGINAL, long, line_length=80).new_lint[0].startswith("E501")
+    assert check(ORIGINAL, long, line_length=120).ok
+
+
+def test_unused_local_is_found():
+    verdict = check(ORIGINAL, ORIGINAL.replace("    return y * math.pi", "    z = 1\n    return y * math.pi"))
+    assert verdict.new_lint == ["F841: z = 1"]
+
+
+def test_dead_and_repeated_guards_are_found():
+    guarded = ORIGINAL.replace("    y = torch.relu(x)\n", "    if flag:\n        if flag:\n            y = torch.relu(x)\n"
+                               "    else:\n        pass\n    if True:\n        y = x\n")
+    verdict = check(ORIGINAL, guarded)
+    assert verdict.repeated_guards == ["if flag: inside if flag:"]
+    assert verdict.dead_branches == ["if True:", "if flag: ... else: pass"]
+
+
+def test_what_the_original_had_is_not_counted():
+    messy = "import os\nif True:\n    pass\n"
+    assert check(messy, messy + "x = 1\n").ok
+
+
+def test_broken_code_does_not_compile():
+    assert not check(ORIGINAL, ORIGINAL + "def (:\n").compiles
+
+
+def _fires_examples():
+    for rule in RULES:
+        for number, example in enumerate(e for e in rule.examples if e.kind == "fires"):
+            if not rule.detect_only:
+                yield pytest.param(rule, example, id=f"{rule.id}-{number + 1}")
+
+
+@pytest.mark.parametrize(("rule", "example"), list(_fires_examples()))
+def test_every_rule_example_rewrite_is_mergeable(rule, example):
+    _, new_text = scan_source(example.code, [rule], path="example.py", module="example")
+    verdict = check(example.code, new_text)
+    assert verdict.ok, verdict.problems()
