@@ -12,6 +12,8 @@ imports and parameter-free modules it orphaned are removed.
 
 from __future__ import annotations
 
+import ast
+
 from engine.match.matcher import Finding
 from engine.synthesize.context import FileContext
 from engine.synthesize.imports import tidy_imports
@@ -106,14 +108,23 @@ def apply_findings(text: str, findings: list[Finding], style: Style | None = Non
     rules = list({id(f.match.rule): f.match.rule for f in todo}.values())  # type: ignore[union-attr]
     file = todo[0].match.file  # type: ignore[union-attr]
     original = text
-    state = _File(text, FileContext.of(text, style))
-    for _ in range(MAX_ROUNDS):
+    try:
+        tree: ast.Module | None = ast.parse(text)  # the one ast parse: aliases and import positions
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        tree = None
+    state = _File(text, FileContext.of(tree, text, style))
+    moved = _LineMap()
+    for round_number in range(MAX_ROUNDS):
         lines = text.splitlines(keepends=True)
         new_lines = list(lines)
         again = False
         for region in reversed(regions(todo, len(lines))):  # bottom-up: earlier lines do not move
             replaced, deferred = state.rewrite_region(lines, region, file.path)
             new_lines[region.start - 1:region.end] = replaced
+            if round_number == 0:
+                moved.add(region.start, region.end, len(replaced))
+            else:
+                moved.lost = True  # positions after a second round are not tracked
             again = again or deferred
         text = "".join(new_lines)
         if not again:
@@ -126,8 +137,15 @@ def apply_findings(text: str, findings: list[Finding], style: Style | None = Non
     if text != original:
         imports = list(dict.fromkeys(line for rule in state.applied_rules.values()
                                      for line in rule.imports))  # type: ignore[attr-defined]
-        text = tidy_imports(original, text, imports, _names_in(state.codes), state.context.aliases,
-                            is_package_init=file.path.endswith("__init__.py"))
+        if moved.lost or tree is None:
+            try:
+                tree, moved = ast.parse(text), _LineMap()
+                original = text  # what is orphaned can only be judged against the original positions
+            except SyntaxError:
+                tree = None
+        if tree is not None:
+            text = tidy_imports(original, tree, text, moved, imports, _names_in(state.codes), state.context.aliases,
+                                is_package_init=file.path.endswith("__init__.py"))
     for f in findings:
         reason = state.failed.get(_identity(f))
         if reason is not None:
@@ -136,9 +154,27 @@ def apply_findings(text: str, findings: list[Finding], style: Style | None = Non
     return text
 
 
-def _names_in(codes: list[str]) -> set[str]:
-    import ast
+class _LineMap:
+    """Where a line of the original is after regions were replaced (None inside one)."""
 
+    def __init__(self) -> None:
+        self.changes: list[tuple[int, int, int]] = []  # (start, end, new length), original lines
+        self.lost = False
+
+    def add(self, start: int, end: int, new_length: int) -> None:
+        self.changes.append((start, end, new_length))
+
+    def __call__(self, line: int) -> int | None:
+        shift = 0
+        for start, end, new_length in self.changes:
+            if start <= line <= end:
+                return None
+            if end < line:
+                shift += new_length - (end - start + 1)
+        return line + shift
+
+
+def _names_in(codes: list[str]) -> set[str]:
     names: set[str] = set()
     for code in codes:
         try:

@@ -40,12 +40,8 @@ class FileContext:
     style: Style = field(default_factory=Style)
 
     @classmethod
-    def of(cls, text: str, style: Style | None = None) -> FileContext:
-        try:
-            tree = ast.parse(text)
-        except (SyntaxError, ValueError, MemoryError, RecursionError):
-            return cls(style=style or Style())
-        return cls(module_aliases(tree), style or Style())
+    def of(cls, tree: ast.Module | None, text: str, style: Style | None = None) -> FileContext:
+        return cls(module_aliases(tree) if tree is not None else {}, (style or Style()).for_text(text))
 
     def localize(self, template: str) -> str:
         """`template` with each dotted name written through the longest alias the file has for a

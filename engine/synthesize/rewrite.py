@@ -20,11 +20,12 @@ import re
 from dataclasses import dataclass
 
 import libcst as cst
-from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
+from libcst.metadata import CodeRange
 
 from engine.dsl.ir import Const, Node, Operand, Pos, Seq, Sym, Var
 from engine.match.matcher import Finding, Match
 from engine.synthesize.context import FileContext
+from engine.synthesize.locate import AlignmentError, StatementIndex, expressions_in
 from engine.synthesize.template import TemplateError, render_template
 from engine.synthesize.tidy import tidy
 
@@ -45,32 +46,6 @@ def _char_col(line_text: str, byte_col: int) -> int:
     if line_text.isascii():
         return byte_col
     return len(line_text.encode("utf-8")[:byte_col].decode("utf-8", "replace"))
-
-
-class _Index(cst.CSTVisitor):
-    """Every expression and statement with its position."""
-
-    METADATA_DEPENDENCIES = (PositionProvider,)
-
-    def __init__(self) -> None:
-        self.expressions: list[_Located] = []
-        self.statements: list[_Located] = []
-        self.parents: dict[int, cst.CSTNode] = {}  # id(node) -> parent, for the indexed region
-        self._stack: list[cst.CSTNode] = []
-
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        # libcst calls on_leave for every node on_visit saw, pruned or not: keep the stack in step
-        if self._stack:
-            self.parents[id(node)] = self._stack[-1]
-        self._stack.append(node)
-        if isinstance(node, cst.BaseExpression):
-            self.expressions.append(_Located(node, self.get_metadata(PositionProvider, node)))
-        elif isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
-            self.statements.append(_Located(node, self.get_metadata(PositionProvider, node)))
-        return True
-
-    def on_leave(self, original_node: cst.CSTNode) -> None:
-        self._stack.pop()
 
 
 def _contains(outer: CodeRange, line: int, col: int, end_line: int, end_col: int) -> bool:
@@ -106,6 +81,19 @@ class _Rewriter(cst.CSTTransformer):
         # updated statements to take out of their block, by id; the nodes are held here so that no
         # other node can be given the same id while the rewrite runs
         self.dropped: dict[int, cst.CSTNode] = {}
+        # with `on_path` (the ids of the targets' ancestors), only those are entered; without it,
+        # every statement is (folding needs the `if`s) but no expression, as every edit is of whole
+        # statements: most of a tree's nodes are never visited
+        self.on_path: set[int] | None = None
+        self.deep = False  # enter expressions too (to replace one)
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if self.deep:
+            return True
+        if self.on_path is not None:
+            return id(node) in self.on_path
+        return not isinstance(node, (cst.BaseExpression, cst.SimpleStatementLine)) \
+            and node not in self.replace and node not in self.splices
 
     def on_leave(self, original: cst.CSTNode, updated: cst.CSTNode):  # type: ignore[override]
         if original in self.replace:
@@ -265,6 +253,31 @@ class Edit:
         return any(a <= d and c <= b for a, b in self.footprint for c, d in other.footprint)
 
 
+def _decided_ifs(stmt: cst.CSTNode, facts: dict[str, bool]) -> bool:
+    """Whether `stmt` is or holds (in its blocks) an `if` whose test `facts` decide."""
+    if isinstance(stmt, cst.If):
+        if evaluate(stmt.test, facts) is not None:
+            return True
+        inner = list(stmt.body.body) if isinstance(stmt.body, cst.IndentedBlock) else []
+        if stmt.orelse is not None:
+            inner.append(stmt.orelse if isinstance(stmt.orelse, cst.If) else None)
+            if isinstance(stmt.orelse, cst.Else) and isinstance(stmt.orelse.body, cst.IndentedBlock):
+                inner.extend(stmt.orelse.body.body)
+        return any(_decided_ifs(s, facts) for s in inner if s is not None)
+    body = getattr(stmt, "body", None)
+    if isinstance(body, cst.IndentedBlock):
+        return any(_decided_ifs(s, facts) for s in body.body)
+    return False
+
+
+class _ById:
+    def __init__(self, ranges: dict[int, CodeRange]) -> None:
+        self.ranges = ranges
+
+    def __getitem__(self, node: cst.CSTNode) -> CodeRange:
+        return self.ranges[id(node)]
+
+
 class _Names(cst.CSTVisitor):
     """Names a piece of code reads and assigns. With `guard`, the reads in branches that run only
     when the guard holds are left out (there the original path ran and assigned them)."""
@@ -342,9 +355,28 @@ class _Names(cst.CSTVisitor):
 
 
 def _assigned(statements: list) -> set[str]:
+    """Names the statements (and the blocks in them) assign, read off the statements alone."""
     names = _Names()
     for stmt in statements:
-        stmt.visit(names)
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                if isinstance(small, cst.Assign):
+                    for target in small.targets:
+                        names._collect_targets(target.target)
+                elif isinstance(small, (cst.AugAssign, cst.AnnAssign)):
+                    names._collect_targets(small.target)
+            continue
+        if isinstance(stmt, cst.For):
+            names._collect_targets(stmt.target)
+        if isinstance(stmt, cst.With):
+            for item in stmt.items:
+                if item.asname is not None:
+                    names._collect_targets(item.asname.name)
+        for block in (getattr(stmt, "body", None), getattr(getattr(stmt, "orelse", None), "body", None)):
+            if isinstance(block, cst.IndentedBlock):
+                names.assigned |= _assigned(list(block.body))
+        if isinstance(getattr(stmt, "orelse", None), cst.If):
+            names.assigned |= _assigned([stmt.orelse])  # type: ignore[attr-defined]
     return names.assigned
 
 
@@ -397,17 +429,18 @@ class Synthesizer:
         self.offset = offset
         self.context = context or FileContext()
         self.module = cst.parse_module(region_text)
-        self.wrapper = MetadataWrapper(self.module, unsafe_skip_copy=True)
-        self.index = _Index()
-        self.wrapper.visit(self.index)
-        self.positions = self.wrapper.resolve(PositionProvider)
+        try:
+            self.index = StatementIndex(self.module, region_text)
+        except AlignmentError as exc:
+            raise SynthesisError(f"the function could not be indexed for rewriting: {exc}") from exc
+        self.positions = _ById(self.index.ranges)
         self.indent_unit = self._indent_unit()
 
     def _indent_unit(self) -> str:
         """The file's own indentation step, for the blocks synthesis creates."""
-        for item in self.index.statements:
-            body = getattr(item.node, "body", None)
-            if isinstance(item.node, cst.FunctionDef) and isinstance(body, cst.IndentedBlock):
+        for node, _ in self.index.statements:
+            body = getattr(node, "body", None)
+            if isinstance(node, cst.FunctionDef) and isinstance(body, cst.IndentedBlock):
                 return body.indent if body.indent is not None else self.module.default_indent
         return self.module.default_indent
 
@@ -425,22 +458,26 @@ class Synthesizer:
 
     def expression_at(self, pos: Pos) -> cst.BaseExpression:
         line, col, end_line, end_col = self.char_range(pos)
+        located = self.statement_at(pos)
         best: _Located | None = None
-        for item in self.index.expressions:
-            if _contains(item.range, line, col, end_line, end_col):
-                if best is None or _size(item.range) < _size(best.range):
-                    best = item
+        for node, where in expressions_in(located.node, located.range):  # type: ignore[arg-type]
+            if _contains(where, line, col, end_line, end_col):
+                if best is None or _size(where) < _size(best.range):
+                    best = _Located(node, where)
         if best is None:
             raise SynthesisError(f"no expression at line {pos.line}")
+        found = " ".join(cst.Module([]).code_for_node(best.node).split())
+        if found != " ".join(self.source(pos).split()):  # the columns of an unusual layout: refuse
+            raise SynthesisError(f"the expression at line {pos.line} could not be located exactly")
         return best.node  # type: ignore[return-value]
 
     def statement_at(self, pos: Pos) -> _Located:
         line, col, end_line, end_col = self.char_range(pos)
         best: _Located | None = None
-        for item in self.index.statements:
-            if isinstance(item.node, cst.SimpleStatementLine) and _contains(item.range, line, col, end_line, end_col):
-                if best is None or _size(item.range) < _size(best.range):
-                    best = item
+        for node, where in self.index.statements:
+            if isinstance(node, cst.SimpleStatementLine) and _contains(where, line, col, end_line, end_col):
+                if best is None or _size(where) < _size(best.range):
+                    best = _Located(node, where)
         if best is None:
             raise SynthesisError(f"no simple statement at line {pos.line}")
         return best
@@ -551,7 +588,9 @@ class Synthesizer:
     def _formatted(self, root_stmt: _Located, root_expr: cst.BaseExpression, new_expr: cst.BaseExpression,
                    extra_indent: bool) -> cst.CSTNode:
         """The root statement with the new expression, laid out by the repository's formatter."""
-        stmt = root_stmt.node.visit(_Rewriter({root_expr: new_expr}, set()))
+        replacer = _Rewriter({root_expr: new_expr}, set())
+        replacer.deep = True
+        stmt = root_stmt.node.visit(replacer)
         assert isinstance(stmt, cst.SimpleStatementLine)
         leading = stmt.leading_lines
         text = cst.Module([]).code_for_node(stmt.with_changes(leading_lines=[]))
@@ -590,9 +629,17 @@ class Synthesizer:
                     continue
         rewriter = _Rewriter({root_stmt.node: new_stmt}, set(removable), facts=kernel_facts)
         column = self.positions[anchor].start.column
-        kept = self._fit(self._branch(run, rewriter), column)
-        original = self._fit(self._branch([s.deep_clone() for s in run],
-                                          _Rewriter({}, set(), facts=known_when(guard, True, outer))), column)
+        kept = self._branch(run, rewriter)
+        original_facts = known_when(guard, True, outer)
+        if any(_decided_ifs(s, original_facts) for s in run):
+            original = self._branch(list(run), _Rewriter({}, set(), facts=original_facts))
+        else:  # nothing to fold: the original branch is the run itself (libcst nodes are immutable)
+            original = list(run)
+        first_line, last_line = self.positions[run[0]].start.line, self.positions[run[-1]].end.line
+        widest = max(len(self.lines[i - 1 + self.offset].rstrip("\n").expandtabs())
+                     for i in range(first_line, last_line + 1))
+        if widest + len(self.indent_unit.expandtabs()) > self.context.style.line_length:
+            kept, original = self._fit(kept, column), self._fit(original, column)
         if not kept or not original:
             raise SynthesisError("a branch of the guarded rewrite would be empty")
         first_stmt = run[0]
@@ -642,9 +689,8 @@ class Synthesizer:
     def _raising_if(self, pos: Pos) -> cst.CSTNode:
         """The `if <test>: raise ...` statement whose test is at `pos`."""
         line, col, end_line, end_col = self.char_range(pos)
-        for item in self.index.statements:
-            node = item.node
-            if isinstance(node, cst.If) and node.orelse is None and _contains(item.range, line, col, end_line, end_col):
+        for node, where in self.index.statements:
+            if isinstance(node, cst.If) and node.orelse is None and _contains(where, line, col, end_line, end_col):
                 body = node.body.body if isinstance(node.body, cst.IndentedBlock) else ()
                 if body and all(isinstance(s, cst.SimpleStatementLine) and all(isinstance(x, cst.Raise) for x in s.body)
                                 for s in body):
@@ -661,7 +707,15 @@ class Synthesizer:
             replace.update(e.replace)
             remove |= e.remove
             splices.update(e.splices)
-        return self.module.visit(_Rewriter(replace, remove, splices)).code
+        rewriter = _Rewriter(replace, remove, splices)
+        on_path: set[int] = {id(self.module)}
+        for target in [*replace, *remove, *splices]:
+            parent = self.index.parents.get(id(target))
+            while parent is not None and id(parent) not in on_path:
+                on_path.add(id(parent))
+                parent = self.index.parents.get(id(parent))
+        rewriter.on_path = on_path
+        return self.module.visit(rewriter).code
 
     def _climb(self, node: cst.CSTNode, positions: dict[int, int]) -> cst.CSTNode:
         parents = self.index.parents

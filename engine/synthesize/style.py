@@ -3,8 +3,9 @@
 Changed statements are laid out by `ruff format` (a real formatter, not our own printer) with the
 repository's line length and quote style; the rest of the file is never reformatted. The settings
 come from the nearest `pyproject.toml` (`[tool.ruff]`, `[tool.black]`), `ruff.toml`/`.ruff.toml`
-or `setup.cfg`/`tox.ini`/`.flake8` (`max-line-length`) above the scanned path; without any, the
-formatters' common default of 88 columns, and quotes as written.
+or `setup.cfg`/`tox.ini`/`.flake8` (`max-line-length`) above the scanned path. Without any, the
+file itself says what its project accepts: the smallest common limit (88, 100, 119, 120) that 99%
+of its lines keep to (a file written to 119 columns is not wrapped at 88), and quotes as written.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 DEFAULT_LINE_LENGTH = 88
+COMMON_LIMITS = (88, 100, 119, 120)
 
 
 @dataclass(frozen=True)
@@ -24,6 +26,17 @@ class Style:
     line_length: int = DEFAULT_LINE_LENGTH
     quote_style: str = "preserve"  # ruff's format.quote-style: "double", "single" or "preserve"
     source: str | None = None  # the file the settings came from
+
+    def for_text(self, text: str) -> Style:
+        """This style, or where no configuration was found, the one `text` is evidently written to."""
+        if self.source is not None:
+            return self
+        lengths = sorted(len(line) for line in text.splitlines() if line.strip())
+        if not lengths:
+            return self
+        typical = lengths[min(len(lengths) - 1, int(len(lengths) * 0.99))]
+        limit = next((n for n in COMMON_LIMITS if typical <= n), COMMON_LIMITS[-1])
+        return Style(max(limit, self.line_length), self.quote_style, None)
 
     def format_statement(self, code: str, indent: int) -> str:
         """`code` (one statement, not indented) laid out for a line length of the repository's

@@ -7,6 +7,7 @@ import pytest
 
 from engine.scan import scan_source
 from engine.synthesize.mergeable import check
+from engine.synthesize.style import Style
 from tests.engine.rules.test_rule_examples import RULES
 
 ORIGINAL = """import math
@@ -66,5 +67,13 @@ def _fires_examples():
 @pytest.mark.parametrize(("rule", "example"), list(_fires_examples()))
 def test_every_rule_example_rewrite_is_mergeable(rule, example):
     _, new_text = scan_source(example.code, [rule], path="example.py", module="example")
-    verdict = check(example.code, new_text)
+    # the line length the synthesizer wrote to (no configuration here: the one the example keeps to)
+    verdict = check(example.code, new_text, Style().for_text(example.code).line_length)
     assert verdict.ok, verdict.problems()
+
+
+def test_a_file_without_configuration_is_held_to_the_length_it_keeps_to():
+    assert Style().for_text("x = 1\n" * 50).line_length == 88
+    assert Style().for_text(("y = " + "a" * 110 + "\n") * 50).line_length == 119
+    configured = Style(100, "double", "pyproject.toml")
+    assert configured.for_text(("y = " + "a" * 110 + "\n") * 50) is configured
