@@ -90,9 +90,10 @@ def scan_path(root: Path | str, *, rules: str | list[Rule] = "default", include:
               exclude: list[str] | None = None, rewrite: bool = True, progress=None) -> ScanResult:
     """Scan a file or folder. Files that do not parse or cannot be read become diagnostics; the
     rest is scanned."""
-    from engine.synthesize import apply_findings
+    from engine.synthesize import apply_findings, find_style
 
     root = Path(root)
+    styles: dict[Path, object] = {}  # folder -> the repository style configured for it
     chosen = select_rules(rules) if isinstance(rules, str) else rules
     base = root if root.is_dir() else root.parent
     paths = iter_python_files(root)
@@ -127,7 +128,10 @@ def scan_path(root: Path | str, *, rules: str | list[Rule] = "default", include:
         result.findings.extend(findings)
         if rewrite and any(f.status in ("rewritten", "guarded") for f in findings):
             try:
-                new_text = apply_findings(text, findings)
+                style = styles.get(path.parent)
+                if style is None:
+                    style = styles[path.parent] = find_style(path.parent)
+                new_text = apply_findings(text, findings, style)  # type: ignore[arg-type]
             except Exception as exc:  # a synthesis bug must not lose the scan
                 result.diagnostics.append(Diagnostic(rel, 0, f"rewrite failed and was skipped: {exc}", "error"))
                 continue

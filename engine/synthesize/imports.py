@@ -12,8 +12,12 @@ search of the text (strings and comments included), which can only keep an impor
 from __future__ import annotations
 
 import ast
+import json
 import re
+import subprocess
 from collections.abc import Callable
+
+from engine.synthesize.style import _ruff_binary
 
 # torch.nn modules without parameters or buffers: dropping one leaves the state_dict as it was
 PARAMETER_FREE = frozenset(
@@ -29,13 +33,53 @@ def bound_names(stmt: ast.stmt) -> list[str]:
     return []
 
 
-def _words(text: str, skip: set[int]) -> tuple[set[str], set[str]]:
-    """The names `text` mentions outside the 0-based lines `skip`: bare (not after a dot), and as
-    attributes or quoted (`.attend`, `"attend"`)."""
-    kept = "".join(line for i, line in enumerate(text.splitlines(keepends=True)) if i not in skip)
-    bare = set(re.findall(r"(?<![\w.])[A-Za-z_]\w*", kept))
-    attrs = set(re.findall(r"\.\s*([A-Za-z_]\w*)", kept)) | set(re.findall(r"[\"']([A-Za-z_]\w*)[\"']", kept))
+_BARE = re.compile(r"(?<![\w.])[A-Za-z_]\w*")
+_ATTR = re.compile(r"\.\s*([A-Za-z_]\w*)|[\"']([A-Za-z_]\w*)[\"']")
+
+
+def _mentions(text: str) -> tuple[dict[str, set[int]], dict[str, set[int]]]:
+    """Where `text` mentions each name: bare (not after a dot), and as an attribute or quoted
+    (`.attend`, `"attend"`); name -> 0-based lines."""
+    bare: dict[str, set[int]] = {}
+    attrs: dict[str, set[int]] = {}
+    for i, line in enumerate(text.splitlines()):
+        for word in _BARE.findall(line):
+            bare.setdefault(word, set()).add(i)
+        for dotted, quoted in _ATTR.findall(line):
+            attrs.setdefault(dotted or quoted, set()).add(i)
     return bare, attrs
+
+
+def _unused_imports(text: str) -> set[str] | None:
+    """The qualified names of the imports ruff finds unused in `text` (F401), None without ruff.
+    ruff knows what a mention is (not a string, not a comment; `__all__` and re-exports kept)."""
+    binary = _ruff_binary()
+    if binary is None:
+        return None
+    done = subprocess.run(
+        [binary, "check", "--isolated", "--select", "F401", "--output-format", "json", "--exit-zero",
+         "--stdin-filename", "module.py", "-"],
+        input=text, capture_output=True, text=True, check=False,
+    )
+    if done.returncode != 0:
+        return None
+    names = set()
+    for item in json.loads(done.stdout or "[]"):
+        m = re.match(r"`([^`]+)`", item.get("message", ""))
+        if m:
+            names.add(m.group(1))
+    return names
+
+
+def _qualified_imports(stmt: ast.Import | ast.ImportFrom) -> list[str]:
+    if isinstance(stmt, ast.Import):
+        return [a.name for a in stmt.names]
+    prefix = "." * stmt.level + (stmt.module or "")
+    return [f"{prefix}.{a.name}" if stmt.module else f"{prefix}{a.name}" for a in stmt.names]
+
+
+def _outside(where: dict[str, set[int]], name: str, skip: set[int]) -> bool:
+    return bool(where.get(name, set()) - skip)
 
 
 def _qualified(func: ast.expr, local_to_qualified: dict[str, str]) -> str | None:
@@ -108,20 +152,39 @@ def tidy_imports(original: str, tree: ast.Module, text: str, new_line: Callable[
         import_lines_after = set().union(*(span(s, True) or set() for s in imports)) if imports else set()
         builds = [(attr, span(stmt, False), span(stmt, True)) for attr, stmt in _module_builds(tree, aliases)]
         builds = [(attr, before, after) for attr, before, after in builds if before is not None and after is not None]
-        if builds:
-            for attr, where_before, where_after in builds:
-                # mentioned elsewhere than its own construction before the rewrite, nowhere after it
-                if attr in _words(original, where_before)[1] and attr not in _words(text, where_after)[1]:
-                    delete |= where_after
-        names_before, _ = _words(original, import_lines_before)
-        names_after, _ = _words(text, import_lines_after | delete)
+        bare_before, attrs_before = _mentions(original)
+        bare_after, attrs_after = _mentions(text)
+        for attr, where_before, where_after in builds:
+            # mentioned elsewhere than its own construction before the rewrite, nowhere after it
+            if _outside(attrs_before, attr, where_before) and not _outside(attrs_after, attr, where_after):
+                delete |= where_after
+        kept_text = None
+        unused_before: set[str] | None = None
+        unused_after: set[str] | None = None
         for stmt in imports:
             names = bound_names(stmt)
             where = span(stmt, True)
             if not names or where is None or stmt.lineno != stmt.end_lineno \
                     or isinstance(stmt, ast.ImportFrom) and stmt.module == "__future__":
                 continue
-            orphaned = {n for n in names if n in names_before and n not in names_after}
+            orphaned = set()
+            for n, q in zip(names, _qualified_imports(stmt), strict=False):
+                before = len(bare_before.get(n, set()) - import_lines_before)
+                after = len(bare_after.get(n, set()) - import_lines_after - delete)
+                if not before or after >= before:
+                    continue  # never used (maybe a re-export), or no fewer mentions than before
+                if not after:
+                    orphaned.add(n)  # not one mention left
+                    continue
+                # fewer mentions, some left: ruff tells whether those are uses (not strings or comments)
+                if kept_text is None:
+                    kept_text = "".join(line for i, line in enumerate(lines) if i not in delete)
+                    unused_after = _unused_imports(kept_text)
+                if unused_after is not None and q in unused_after:
+                    if unused_before is None:
+                        unused_before = _unused_imports(original) or set()
+                    if q not in unused_before:
+                        orphaned.add(n)
             if len(orphaned) == len(names):
                 delete |= where
             elif orphaned:

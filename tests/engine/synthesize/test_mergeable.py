@@ -77,3 +77,20 @@ def test_a_file_without_configuration_is_held_to_the_length_it_keeps_to():
     assert Style().for_text(("y = " + "a" * 110 + "\n") * 50).line_length == 119
     configured = Style(100, "double", "pyproject.toml")
     assert configured.for_text(("y = " + "a" * 110 + "\n") * 50) is configured
+
+
+def test_repository_configuration_sets_the_line_length(tmp_path):
+    from engine.synthesize.style import find_style
+
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "pyproject.toml").write_text('[tool.ruff]\nline-length = 100\n[tool.ruff.format]\nquote-style = "single"\n')
+    (tmp_path / "pkg").mkdir()
+    style = find_style(tmp_path / "pkg")
+    assert (style.line_length, style.quote_style) == (100, "single")
+    (tmp_path / "pyproject.toml").write_text("[tool.black]\nline-length = 119\nskip-string-normalization = true\n")
+    assert (find_style(tmp_path / "pkg").line_length, find_style(tmp_path).quote_style) == (119, "preserve")
+    (tmp_path / "pyproject.toml").unlink()
+    (tmp_path / "setup.cfg").write_text("[flake8]\nmax-line-length = 79\n")
+    assert find_style(tmp_path / "pkg").line_length == 79
+    (tmp_path / "setup.cfg").unlink()
+    assert find_style(tmp_path / "pkg").source is None
