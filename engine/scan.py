@@ -93,7 +93,10 @@ def scan_path(root: Path | str, *, rules: str | list[Rule] = "default", include:
     from engine.synthesize import apply_findings, find_style
 
     root = Path(root)
+    from engine.synthesize.contract import project_root, torch_contract
+
     styles: dict[Path, object] = {}  # folder -> the repository style configured for it
+    contract = torch_contract(project_root(root))
     chosen = select_rules(rules) if isinstance(rules, str) else rules
     base = root if root.is_dir() else root.parent
     paths = iter_python_files(root)
@@ -126,6 +129,15 @@ def scan_path(root: Path | str, *, rules: str | list[Rule] = "default", include:
         result.diagnostics.extend(fm.diagnostics)
         findings = find([fm], chosen)
         result.findings.extend(findings)
+        for f in findings:
+            requires = f.match.rule.requires if f.match is not None else ()
+            if f.status not in ("rewritten", "guarded") or not requires:
+                continue
+            refused = contract.refuses(requires) if contract is not None else None
+            if refused is not None:  # the rewrite would break the project's users on older torch
+                f.status, f.reason = "near-miss", f"not rewritten: {refused}"
+            else:
+                f.message = f"{f.message} (needs {', '.join(requires)})"
         if rewrite and any(f.status in ("rewritten", "guarded") for f in findings):
             try:
                 style = styles.get(path.parent)

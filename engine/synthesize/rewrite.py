@@ -270,6 +270,22 @@ def _decided_ifs(stmt: cst.CSTNode, facts: dict[str, bool]) -> bool:
     return False
 
 
+def _arg_text(arg: cst.Arg) -> str:
+    """One argument as written, without the comma and line break after it."""
+    keyword = f"{arg.keyword.value}=" if arg.keyword is not None else ""
+    return f"{arg.star}{keyword}{cst.Module([]).code_for_node(arg.value)}"
+
+
+def _magic_comma(original: cst.BaseExpression, new: cst.BaseExpression) -> cst.BaseExpression:
+    """A call its author exploded with a trailing comma (`f(\n    a,\n)`) stays exploded: the new
+    call ends with a comma too, which the formatter keeps one argument a line."""
+    if isinstance(original, cst.Call) and isinstance(new, cst.Call) and original.args and new.args \
+            and isinstance(original.args[-1].comma, cst.Comma):
+        last = new.args[-1].with_changes(comma=cst.Comma())
+        return new.with_changes(args=[*new.args[:-1], last])
+    return new
+
+
 class _ById:
     def __init__(self, ranges: dict[int, CodeRange]) -> None:
         self.ranges = ranges
@@ -562,7 +578,7 @@ class Synthesizer:
             new_expr = cst.parse_expression(new_code)
         except cst.ParserSyntaxError as exc:
             raise SynthesisError(f"the rule's template gives invalid Python: {new_code!r}") from exc
-        new_expr = tidy(new_expr)
+        new_expr = _magic_comma(root_expr, tidy(new_expr))
         if not isinstance(new_expr, (cst.Call, cst.Name, cst.Attribute, cst.Subscript)):
             new_expr = new_expr.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
         self._check_names(match, root)
@@ -773,7 +789,7 @@ class Synthesizer:
                 return None
             if name == "callee":
                 return self.module.code_for_node(root_expr.func)
-            return ", ".join(self.module.code_for_node(a).rstrip(", ").rstrip(",") for a in root_expr.args)
+            return ", ".join(_arg_text(a) for a in root_expr.args)
         operand = match.bindings.get(name)
         if operand is None:
             return None

@@ -42,7 +42,9 @@ class Style:
         """`code` (one statement, not indented) laid out for a line length of the repository's
         minus `indent` columns; unchanged when it already fits on one line or ruff cannot run."""
         width = max(self.line_length - indent, 20)
-        if "\n" not in code.rstrip("\n") and len(code.rstrip("\n")) <= width:
+        one_line = "\n" not in code.rstrip("\n")
+        trailing_comma = ",)" in code.replace(" ", "")  # the author's exploded call: laid out again
+        if one_line and len(code.rstrip("\n")) <= width and not trailing_comma:
             return code
         return _ruff_format(code, width, self.quote_style)
 
