@@ -4,8 +4,9 @@
 region is parsed once with libcst and every finding in it becomes an edit computed against that one
 parse; the edits are made together in one pass, the region is checked to compile, and put back in
 the file. Two findings whose edits touch the same statements cannot both be computed against one
-parse: the lower one is made, and the other is matched again on the edited text in a further round
-(the only case that parses a region twice). A finding that cannot be rewritten is turned into a
+parse: the lower one is made, and the other is matched again on the edited text in a further round.
+A guarded rewrite keeps the original code under its guard, where another match may now be made: a
+file with one is matched again too (these are the cases that parse a region twice). A finding that cannot be rewritten is turned into a
 near-miss with the reason; the rest still apply. Then the imports the new code needs are added, and
 imports and parameter-free modules it orphaned are removed.
 """
@@ -71,6 +72,9 @@ class _File:
             if _identity(finding) not in self.failed:
                 self.applied_rules[finding.rule_id] = finding.match.rule  # type: ignore[union-attr]
                 self.codes.append(edit.code)
+                # the original code stays under a guard, where the guard's facts may let another
+                # rule (or this one, on the other path) match it: matched again in the next round
+                deferred = deferred or finding.status == "guarded"
         return region.lines_of(code, lines), deferred
 
     def _compiling(self, synth: Synthesizer, edits: list[tuple[Finding, Edit]], path: str) -> str | None:
@@ -121,10 +125,7 @@ def apply_findings(text: str, findings: list[Finding], style: Style | None = Non
         for region in reversed(regions(todo, len(lines))):  # bottom-up: earlier lines do not move
             replaced, deferred = state.rewrite_region(lines, region, file.path)
             new_lines[region.start - 1:region.end] = replaced
-            if round_number == 0:
-                moved.add(region.start, region.end, len(replaced))
-            else:
-                moved.lost = True  # positions after a second round are not tracked
+            moved.add(round_number, region.start, region.end, len(replaced))
             again = again or deferred
         text = "".join(new_lines)
         if not again:
@@ -137,12 +138,6 @@ def apply_findings(text: str, findings: list[Finding], style: Style | None = Non
     if text != original:
         imports = list(dict.fromkeys(line for rule in state.applied_rules.values()
                                      for line in rule.imports))  # type: ignore[attr-defined]
-        if moved.lost or tree is None:
-            try:
-                tree, moved = ast.parse(text), _LineMap()
-                original = text  # what is orphaned can only be judged against the original positions
-            except SyntaxError:
-                tree = None
         if tree is not None:
             text = tidy_imports(original, tree, text, moved, imports, _names_in(state.codes), state.context.aliases,
                                 is_package_init=file.path.endswith("__init__.py"))
@@ -155,23 +150,25 @@ def apply_findings(text: str, findings: list[Finding], style: Style | None = Non
 
 
 class _LineMap:
-    """Where a line of the original is after regions were replaced (None inside one)."""
+    """Where a line of the original is after regions were replaced, round after round (None inside
+    a replaced region). Each round's regions are in the lines of the text that round started from."""
 
     def __init__(self) -> None:
-        self.changes: list[tuple[int, int, int]] = []  # (start, end, new length), original lines
-        self.lost = False
+        self.rounds: dict[int, list[tuple[int, int, int]]] = {}  # round -> (start, end, new length)
 
-    def add(self, start: int, end: int, new_length: int) -> None:
-        self.changes.append((start, end, new_length))
+    def add(self, round_number: int, start: int, end: int, new_length: int) -> None:
+        self.rounds.setdefault(round_number, []).append((start, end, new_length))
 
     def __call__(self, line: int) -> int | None:
-        shift = 0
-        for start, end, new_length in self.changes:
-            if start <= line <= end:
-                return None
-            if end < line:
-                shift += new_length - (end - start + 1)
-        return line + shift
+        for _, changes in sorted(self.rounds.items()):
+            shift = 0
+            for start, end, new_length in changes:
+                if start <= line <= end:
+                    return None
+                if end < line:
+                    shift += new_length - (end - start + 1)
+            line += shift
+        return line
 
 
 def _names_in(codes: list[str]) -> set[str]:
