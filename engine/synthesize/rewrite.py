@@ -190,7 +190,17 @@ def plain(test: cst.BaseExpression) -> cst.BaseExpression:
     if isinstance(bare, cst.UnaryOperation) and isinstance(bare.operator, cst.Not):
         inner = plain(bare.expression)
         return negate(inner)
-    return bare
+    if isinstance(bare, cst.BooleanOperation):
+        left, right = plain(bare.left), plain(bare.right)
+        return tidy(bare.with_changes(left=_keep_parens(bare.left, left), right=_keep_parens(bare.right, right)))
+    return tidy(bare) if bare is not test else bare
+
+
+def _keep_parens(before: cst.BaseExpression, after: cst.BaseExpression) -> cst.BaseExpression:
+    """`after` parenthesized as `before` was (tidy drops the ones its operators do not need)."""
+    if before.lpar and not after.lpar:
+        return after.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    return after
 
 
 def evaluate(test: cst.BaseExpression, facts: dict[str, bool]) -> bool | None:
@@ -284,6 +294,21 @@ def _magic_comma(original: cst.BaseExpression, new: cst.BaseExpression) -> cst.B
         last = new.args[-1].with_changes(comma=cst.Comma())
         return new.with_changes(args=[*new.args[:-1], last])
     return new
+
+
+def _has_effects_beyond(stmt: cst.CSTNode) -> bool:
+    """Whether moving `stmt` could change what happens: anything but plain assignments, `if`s of
+    them and checks that raise (a call may mutate, a loop or a `with` may do anything)."""
+    if isinstance(stmt, cst.SimpleStatementLine):
+        return not all(isinstance(s, (cst.Assign, cst.AnnAssign, cst.Raise)) for s in stmt.body)
+    if isinstance(stmt, cst.If):
+        inner = list(stmt.body.body) if isinstance(stmt.body, cst.IndentedBlock) else [stmt.body]
+        if isinstance(stmt.orelse, cst.Else) and isinstance(stmt.orelse.body, cst.IndentedBlock):
+            inner += list(stmt.orelse.body.body)
+        elif stmt.orelse is not None:
+            inner.append(stmt.orelse)
+        return any(_has_effects_beyond(s) for s in inner)
+    return True
 
 
 class _ById:
@@ -643,14 +668,15 @@ class Synthesizer:
                     kernel_facts = known_when(cst.parse_expression(text), False, kernel_facts)
                 except cst.ParserSyntaxError:
                     continue
+        original_facts = known_when(guard, True, outer)
+        hoisted, run_inside = self._hoistable(run, anchor, removable, kernel_facts, original_facts)
         rewriter = _Rewriter({root_stmt.node: new_stmt}, set(removable), facts=kernel_facts)
         column = self.positions[anchor].start.column
-        kept = self._branch(run, rewriter)
-        original_facts = known_when(guard, True, outer)
-        if any(_decided_ifs(s, original_facts) for s in run):
-            original = self._branch(list(run), _Rewriter({}, set(), facts=original_facts))
+        kept = self._branch(run_inside, rewriter)
+        if any(_decided_ifs(s, original_facts) for s in run_inside):
+            original = self._branch(list(run_inside), _Rewriter({}, set(), facts=original_facts))
         else:  # nothing to fold: the original branch is the run itself (libcst nodes are immutable)
-            original = list(run)
+            original = list(run_inside)
         first_line, last_line = self.positions[run[0]].start.line, self.positions[run[-1]].end.line
         widest = max(len(self.lines[i - 1 + self.offset].rstrip("\n").expandtabs())
                      for i in range(first_line, last_line + 1))
@@ -658,17 +684,61 @@ class Synthesizer:
             kept, original = self._fit(kept, column), self._fit(original, column)
         if not kept or not original:
             raise SynthesisError("a branch of the guarded rewrite would be empty")
-        first_stmt = run[0]
+        first_stmt = run_inside[0]
         blank = [ln for ln in getattr(first_stmt, "leading_lines", ()) if ln.comment is None]
         new_if = cst.If(
-            test=guard,
+            test=self._formatted_test(guard, column),
             body=cst.IndentedBlock(body=original, indent=self.indent_unit),  # type: ignore[arg-type]
             orelse=cst.Else(body=cst.IndentedBlock(body=kept, indent=self.indent_unit)),  # type: ignore[arg-type]
             leading_lines=blank,
         )
         self._check_reads_after(anchor, body, run, original, kept, guard)
         footprint = [(self._footprint(run[0])[0], self._footprint(run[-1])[1])]
-        return Edit({}, set(), {run[0]: (new_if, run[1:])}, footprint, code)
+        replacement = cst.FlattenSentinel([*hoisted, new_if]) if hoisted else new_if
+        return Edit({}, set(), {run[0]: (replacement, run[1:])}, footprint, code)
+
+    def _hoistable(self, run: list, anchor: cst.CSTNode, removable: list, kernel_facts: dict[str, bool],
+                   original_facts: dict[str, bool]) -> tuple[list, list]:
+        """The statements of the run that both branches would hold alike and that depend on nothing
+        computed before them in the run (and that nothing before them reads or sets): they stay
+        above the `if`, once, where they were, instead of being copied into both branches."""
+        touched = {id(anchor)}
+        positions = {id(stmt): stmt for stmt in run}
+        for stmt in removable:
+            top = stmt if id(stmt) in positions else self._climb(stmt, {k: 0 for k in positions})
+            touched.add(id(top))
+        hoisted: list = []
+        inside: list = []
+        reads: set[str] = set()
+        writes: set[str] = set()
+        for stmt in run:
+            names = _Names()
+            stmt.visit(names)
+            stmt_writes = _assigned([stmt])
+            movable = (id(stmt) not in touched and not (names.reads & writes) and not (stmt_writes & (reads | writes))
+                       and not _decided_ifs(stmt, kernel_facts) and not _decided_ifs(stmt, original_facts)
+                       and not _has_effects_beyond(stmt))
+            if movable:
+                hoisted.append(stmt)
+            else:
+                inside.append(stmt)
+                reads |= names.reads
+                writes |= stmt_writes
+        if not inside or inside[-1] is not run[-1]:
+            return [], list(run)
+        return hoisted, inside
+
+    def _formatted_test(self, guard: cst.BaseExpression, column: int) -> cst.BaseExpression:
+        """The guard, laid out by the formatter when `if <guard>:` is longer than a line."""
+        text = "if " + cst.Module([]).code_for_node(guard) + ":"
+        if len(text) + column <= self.context.style.line_length:
+            return guard
+        formatted = self.context.style.format_statement(text + "\n    pass\n", column)
+        try:
+            parsed = cst.parse_statement(formatted)
+        except cst.ParserSyntaxError:
+            return guard
+        return parsed.test if isinstance(parsed, cst.If) else guard
 
     def _fit(self, statements: list[cst.CSTNode], column: int) -> list[cst.CSTNode]:
         """`statements`, now one block deeper than at `column`, with each line that no longer fits

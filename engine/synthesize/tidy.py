@@ -67,6 +67,11 @@ class _Tidy(cst.CSTTransformer):
         return updated.with_changes(left=_unwrap(updated.left, strength),
                                     right=_unwrap(updated.right, strength, right_of=type(updated.operator)))
 
+    def leave_BooleanOperation(self, original, updated):  # noqa: N802
+        # `and`/`or` associate: a or (b or c) is a or b or c, evaluated in the same order
+        strength = 2 if isinstance(updated.operator, cst.And) else 1
+        return updated.with_changes(left=_unwrap(updated.left, strength), right=_unwrap(updated.right, strength))
+
     def leave_Arg(self, original, updated):  # noqa: N802
         return updated.with_changes(value=_unwrap(updated.value, -1))
 
