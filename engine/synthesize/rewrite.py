@@ -26,6 +26,7 @@ from engine.dsl.ir import Const, Node, Operand, Pos, Seq, Sym, Var
 from engine.match.matcher import Finding, Match
 from engine.synthesize.context import FileContext
 from engine.synthesize.locate import AlignmentError, StatementIndex, expressions_in
+from engine.synthesize.strings import split_long_strings
 from engine.synthesize.template import TemplateError, render_template
 from engine.synthesize.tidy import tidy
 
@@ -449,6 +450,13 @@ class _Fit(cst.CSTTransformer):
         if max(len(line) for line in text.splitlines()) + width <= self.style.line_length:
             return updated
         formatted = self.style.format_statement(text, width)
+        if max(len(line) for line in formatted.splitlines()) + width > self.style.line_length:
+            # still too long: only a string literal can be; split it and lay out again
+            try:
+                split = split_long_strings(cst.parse_statement(formatted))
+                formatted = self.style.format_statement(cst.Module([]).code_for_node(split), width)
+            except cst.ParserSyntaxError:
+                pass
         if formatted == text:
             return updated
         try:

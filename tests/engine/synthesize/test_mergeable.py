@@ -94,3 +94,17 @@ def test_repository_configuration_sets_the_line_length(tmp_path):
     assert find_style(tmp_path / "pkg").line_length == 79
     (tmp_path / "setup.cfg").unlink()
     assert find_style(tmp_path / "pkg").source is None
+
+
+def test_a_long_message_is_split_where_it_means_the_same():
+    import libcst as cst
+
+    from engine.synthesize.strings import split_long_strings
+
+    stmt = cst.parse_statement('raise ValueError(f"Attention mask should be of size {(b, 1)}, but is {m.size()}")\n')
+    split = cst.Module([]).code_for_node(split_long_strings(stmt))
+    assert split != cst.Module([]).code_for_node(stmt)
+    names = {"b": 2, "m": type("M", (), {"size": lambda self: (3,)})(), "ValueError": ValueError}
+    original = eval(cst.Module([]).code_for_node(stmt.body[0].exc), names)  # noqa: S307 - our own literal
+    again = eval(cst.Module([]).code_for_node(split_long_strings(stmt).body[0].exc), names)  # noqa: S307
+    assert str(original) == str(again) == "Attention mask should be of size (2, 1), but is (3,)"
