@@ -190,6 +190,14 @@ def tidy_imports(original: str, tree: ast.Module, text: str, new_line: Callable[
             elif orphaned:
                 (index,) = where
                 replace[index] = _without(stmt, orphaned, lines[index])
+    for index in sorted(delete):  # a deleted line between two blank ones leaves one blank line, not two
+        before, after = index - 1, index + 1
+        while before in delete:
+            before -= 1
+        while after in delete:
+            after += 1
+        if 0 <= before and after < len(lines) and not lines[before].strip() and not lines[after].strip():
+            delete = delete | {after}
     if not missing and not delete and not replace:
         return text
     insert_after = -1  # after this 0-based line of `text`

@@ -153,7 +153,14 @@ class _Rewriter(cst.CSTTransformer):
         return cst.FlattenSentinel(statements)
 
     def _filter(self, body) -> list:
-        return [stmt for stmt in body if id(stmt) not in self.dropped]
+        kept = [stmt for stmt in body if id(stmt) not in self.dropped]
+        if kept and len(kept) < len(body) and id(kept[0]) != id(body[0]) and hasattr(kept[0], "leading_lines"):
+            # the block now starts with what was in its middle: no blank line opens a block
+            lines = list(kept[0].leading_lines)
+            while lines and lines[0].comment is None:
+                lines.pop(0)
+            kept[0] = kept[0].with_changes(leading_lines=lines)
+        return kept
 
 
 # -- what a condition's known truth decides ----------------------------------------------------------
