@@ -59,6 +59,9 @@ class _File:
             except (SynthesisError, TemplateError) as exc:
                 self.failed[_identity(finding)] = str(exc)
                 continue
+            except Exception as exc:  # a synthesis bug must not lose the other findings
+                self.failed[_identity(finding)] = f"synthesis failed: {type(exc).__name__}: {exc}"
+                continue
             if any(edit.overlaps(other) for _, other in edits):
                 deferred = True  # made on the edited text in the next round
                 continue

@@ -21,6 +21,9 @@ def _split_text(text: str) -> int | None:
 
 
 class _Splitter(cst.CSTTransformer):
+    def visit_ConcatenatedString(self, node: cst.ConcatenatedString) -> bool:  # noqa: N802
+        return False  # already in parts; a part cannot itself be a concatenation
+
     def leave_SimpleString(self, original, updated):  # noqa: N802 - libcst's visitor names
         value = updated.value
         prefix = value[:len(value) - len(value.lstrip("rRbBuU"))]

@@ -108,3 +108,12 @@ def test_a_long_message_is_split_where_it_means_the_same():
     original = eval(cst.Module([]).code_for_node(stmt.body[0].exc), names)  # noqa: S307 - our own literal
     again = eval(cst.Module([]).code_for_node(split_long_strings(stmt).body[0].exc), names)  # noqa: S307
     assert str(original) == str(again) == "Attention mask should be of size (2, 1), but is (3,)"
+
+
+def test_a_message_already_in_parts_is_left_as_it_is():
+    import libcst as cst
+
+    from engine.synthesize.strings import split_long_strings
+
+    stmt = cst.parse_statement('raise ValueError("a first part that is long enough to split " "and a second one")\n')
+    assert cst.Module([]).code_for_node(split_long_strings(stmt)) == cst.Module([]).code_for_node(stmt)
