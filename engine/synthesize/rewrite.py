@@ -214,9 +214,11 @@ def _keep_parens(before: cst.BaseExpression, after: cst.BaseExpression) -> cst.B
 def evaluate(test: cst.BaseExpression, facts: dict[str, bool]) -> bool | None:
     """The truth of `test` where the conditions in `facts` are known (three-valued: None when it
     does not follow)."""
+    bare = _bare(test)
+    if isinstance(bare, cst.Name) and bare.value in ("True", "False"):
+        return bare.value == "True"
     if not facts:
         return None
-    bare = _bare(test)
     key = _key(bare)
     if key in facts:
         return facts[key]

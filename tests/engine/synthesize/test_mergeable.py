@@ -117,3 +117,21 @@ def test_a_message_already_in_parts_is_left_as_it_is():
 
     stmt = cst.parse_statement('raise ValueError("a first part that is long enough to split " "and a second one")\n')
     assert cst.Module([]).code_for_node(split_long_strings(stmt)) == cst.Module([]).code_for_node(stmt)
+
+
+def test_guard_facts_fold_and_negate_plainly():
+    import libcst as cst
+
+    from engine.synthesize.rewrite import evaluate, known_when, negate, plain
+
+    def code(node):
+        return cst.Module([]).code_for_node(node)
+
+    guard = cst.parse_expression("head_mask is not None or output_attentions")
+    kernel = known_when(guard, False)  # on the kernel's path both disjuncts are false
+    assert evaluate(cst.parse_expression("output_attentions"), kernel) is False
+    assert evaluate(cst.parse_expression("head_mask is None"), kernel) is True
+    assert evaluate(cst.parse_expression("not output_attentions and x"), kernel) is None
+    assert evaluate(cst.parse_expression("True"), {}) is True
+    assert code(plain(cst.parse_expression("not (mask is not None)"))) == "mask is None"
+    assert code(negate(cst.parse_expression("a or b"))) == "not (a or b)"
