@@ -694,6 +694,9 @@ class Synthesizer:
             original = self._branch(list(run_inside), _Rewriter({}, set(), facts=original_facts))
         else:  # nothing to fold: the original branch is the run itself (libcst nodes are immutable)
             original = list(run_inside)
+            if hasattr(original[0], "leading_lines"):  # its blank lines go above the `if`
+                original[0] = original[0].with_changes(
+                    leading_lines=[ln for ln in original[0].leading_lines if ln.comment])
         first_line, last_line = self.positions[run[0]].start.line, self.positions[run[-1]].end.line
         widest = max(len(self.lines[i - 1 + self.offset].rstrip("\n").expandtabs())
                      for i in range(first_line, last_line + 1))
