@@ -133,7 +133,7 @@ def apply_findings(text: str, findings: list[Finding], style: Style | None = Non
         text = "".join(new_lines)
         if not again:
             break
-        fm = extract_source(text, file.path, file.module)
+        fm = extract_source(_only_classes(text, {f.cls for f in todo}), file.path, file.module)
         todo = [f for f in find([fm], rules, near_misses=False)
                 if f.status in REWRITABLE and f.match is not None and _identity(f) not in state.failed]
         if not todo:
@@ -150,6 +150,23 @@ def apply_findings(text: str, findings: list[Finding], style: Style | None = Non
             f.status = "near-miss"
             f.reason = f"not rewritten: {reason}"
     return text
+
+
+def _only_classes(text: str, names: set[str]) -> str:
+    """`text` with every top-level class but `names` blanked out line for line (positions stay as
+    they are): matching again after an edit extracts only the classes that were edited, with the
+    module's functions and imports that they may use."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return text
+    lines = text.splitlines(keepends=True)
+    for stmt in tree.body:
+        if isinstance(stmt, ast.ClassDef) and stmt.name not in names:
+            first = min([stmt.lineno, *(d.lineno for d in stmt.decorator_list)])
+            for i in range(first - 1, stmt.end_lineno or stmt.lineno):
+                lines[i] = "\n"
+    return "".join(lines)
 
 
 class _LineMap:
