@@ -133,7 +133,7 @@ def apply_findings(text: str, findings: list[Finding], style: Style | None = Non
         text = "".join(new_lines)
         if not again:
             break
-        fm = extract_source(_only_classes(text, {f.cls for f in todo}), file.path, file.module)
+        fm = extract_source(_only_classes(text, {f.cls for f in todo}, tree, moved), file.path, file.module)
         todo = [f for f in find([fm], rules, near_misses=False)
                 if f.status in REWRITABLE and f.match is not None and _identity(f) not in state.failed]
         if not todo:
@@ -152,19 +152,21 @@ def apply_findings(text: str, findings: list[Finding], style: Style | None = Non
     return text
 
 
-def _only_classes(text: str, names: set[str]) -> str:
+def _only_classes(text: str, names: set[str], tree: ast.Module | None, moved: _LineMap) -> str:
     """`text` with every top-level class but `names` blanked out line for line (positions stay as
     they are): matching again after an edit extracts only the classes that were edited, with the
-    module's functions and imports that they may use."""
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError, MemoryError, RecursionError):
+    module's functions and imports that they may use. The classes are found in the original's
+    parse `tree`, their lines through `moved` (a class not edited lies outside every region)."""
+    if tree is None:
         return text
     lines = text.splitlines(keepends=True)
     for stmt in tree.body:
         if isinstance(stmt, ast.ClassDef) and stmt.name not in names:
-            first = min([stmt.lineno, *(d.lineno for d in stmt.decorator_list)])
-            for i in range(first - 1, stmt.end_lineno or stmt.lineno):
+            first = moved(min([stmt.lineno, *(d.lineno for d in stmt.decorator_list)]))
+            last = moved(stmt.end_lineno or stmt.lineno)
+            if first is None or last is None:
+                continue
+            for i in range(first - 1, last):
                 lines[i] = "\n"
     return "".join(lines)
 

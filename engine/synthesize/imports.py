@@ -12,6 +12,7 @@ search of the text (strings and comments included), which can only keep an impor
 from __future__ import annotations
 
 import ast
+import bisect
 import json
 import re
 import subprocess
@@ -33,21 +34,25 @@ def bound_names(stmt: ast.stmt) -> list[str]:
     return []
 
 
-_BARE = re.compile(r"(?<![\w.])[A-Za-z_]\w*")
-_ATTR = re.compile(r"\.\s*([A-Za-z_]\w*)|[\"']([A-Za-z_]\w*)[\"']")
-
-
-def _mentions(text: str) -> tuple[dict[str, set[int]], dict[str, set[int]]]:
-    """Where `text` mentions each name: bare (not after a dot), and as an attribute or quoted
-    (`.attend`, `"attend"`); name -> 0-based lines."""
+def _mentions(text: str, names: set[str], attrs: set[str]) -> tuple[dict[str, set[int]], dict[str, set[int]]]:
+    """Where `text` mentions each of `names` bare (not after a dot) and each of `attrs` as an
+    attribute or quoted (`.attend`, `"attend"`): name -> 0-based lines."""
     bare: dict[str, set[int]] = {}
-    attrs: dict[str, set[int]] = {}
-    for i, line in enumerate(text.splitlines()):
-        for word in _BARE.findall(line):
-            bare.setdefault(word, set()).add(i)
-        for dotted, quoted in _ATTR.findall(line):
-            attrs.setdefault(dotted or quoted, set()).add(i)
-    return bare, attrs
+    dotted: dict[str, set[int]] = {}
+    starts = [0, *(m.end() for m in re.finditer("\n", text))]
+
+    def line_of(offset: int) -> int:
+        return bisect.bisect_right(starts, offset) - 1
+
+    if names:
+        pattern = r"(?<![\w.])(" + "|".join(re.escape(n) for n in sorted(names)) + r")\b"
+        for m in re.finditer(pattern, text):
+            bare.setdefault(m.group(1), set()).add(line_of(m.start()))
+    if attrs:
+        alternatives = "|".join(re.escape(a) for a in sorted(attrs))
+        for m in re.finditer(rf"\.\s*({alternatives})\b|[\"']({alternatives})[\"']", text):
+            dotted.setdefault(m.group(1) or m.group(2), set()).add(line_of(m.start()))
+    return bare, dotted
 
 
 def _unused_imports(text: str) -> set[str] | None:
@@ -152,8 +157,10 @@ def tidy_imports(original: str, tree: ast.Module, text: str, new_line: Callable[
         import_lines_after = set().union(*(span(s, True) or set() for s in imports)) if imports else set()
         builds = [(attr, span(stmt, False), span(stmt, True)) for attr, stmt in _module_builds(tree, aliases)]
         builds = [(attr, before, after) for attr, before, after in builds if before is not None and after is not None]
-        bare_before, attrs_before = _mentions(original)
-        bare_after, attrs_after = _mentions(text)
+        import_names = {n for stmt in imports for n in bound_names(stmt)}
+        build_attrs = {attr for attr, _, _ in builds}
+        bare_before, attrs_before = _mentions(original, import_names, build_attrs)
+        bare_after, attrs_after = _mentions(text, import_names, build_attrs)
         for attr, where_before, where_after in builds:
             # mentioned elsewhere than its own construction before the rewrite, nowhere after it
             if _outside(attrs_before, attr, where_before) and not _outside(attrs_after, attr, where_after):
