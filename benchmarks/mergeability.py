@@ -28,20 +28,20 @@ from engine.synthesize.mergeable import check  # noqa: E402
 from engine.synthesize.style import Style  # noqa: E402
 
 
-def _multiline_optimizer_calls(old: str, new: str) -> int:
-    """Optimizer constructions written over several lines in `old` that `new` gives fused=."""
-    count = 0
+def _fused_multiline_calls(text: str) -> int:
     try:
-        tree = ast.parse(new)
+        tree = ast.parse(text)
     except SyntaxError:
         return 0
-    old_lines = old.splitlines()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
-                and node.func.attr in ("Adam", "AdamW") and any(k.arg == "fused" for k in node.keywords) \
-                and node.end_lineno != node.lineno:
-            count += 1
-    return count if any("fused=" not in line for line in old_lines) else 0
+    return sum(1 for node in ast.walk(tree)
+               if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+               and node.func.attr in ("Adam", "AdamW") and any(k.arg == "fused" for k in node.keywords)
+               and node.end_lineno != node.lineno)
+
+
+def _multiline_optimizer_calls(old: str, new: str) -> int:
+    """Optimizer constructions over several lines that the rewrite gave `fused=`."""
+    return max(0, _fused_multiline_calls(new) - _fused_multiline_calls(old))
 
 
 def measure(items, rules) -> tuple[Counter, list[str]]:
