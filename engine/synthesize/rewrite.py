@@ -306,6 +306,16 @@ def _magic_comma(original: cst.BaseExpression, new: cst.BaseExpression) -> cst.B
     return new
 
 
+def _exits_unless_guard(stmt: cst.CSTNode, guard: cst.BaseExpression) -> bool:
+    """Whether what follows `stmt` runs only where `guard` holds: `stmt` is `if T: ... return` (or
+    raise) without an else, and T false implies the guard."""
+    if not isinstance(stmt, cst.If) or stmt.orelse is not None or not isinstance(stmt.body, cst.IndentedBlock):
+        return False
+    last = stmt.body.body[-1] if stmt.body.body else None
+    exits = isinstance(last, cst.SimpleStatementLine) and isinstance(last.body[-1], (cst.Return, cst.Raise))
+    return exits and evaluate(guard, known_when(stmt.test, False)) is True
+
+
 def _has_effects_beyond(stmt: cst.CSTNode) -> bool:
     """Whether moving `stmt` could change what happens: anything but plain assignments, `if`s of
     them and checks that raise (a call may mutate, a loop or a `with` may do anything)."""
@@ -524,7 +534,10 @@ class Synthesizer:
                     best = _Located(node, where)
         if best is None:
             raise SynthesisError(f"no expression at line {pos.line}")
-        found = " ".join(cst.Module([]).code_for_node(best.node).split())
+        node = best.node
+        if isinstance(node, cst.BaseExpression) and node.lpar:  # ast's range leaves its parentheses out
+            node = node.with_changes(lpar=[], rpar=[])
+        found = " ".join(cst.Module([]).code_for_node(node).split())
         if found != " ".join(self.source(pos).split()):  # the columns of an unusual layout: refuse
             raise SynthesisError(f"the expression at line {pos.line} could not be located exactly")
         return best.node  # type: ignore[return-value]
@@ -789,7 +802,7 @@ class Synthesizer:
                 raise SynthesisError(f"`{name}` would be read after the rewrite where the kernel path "
                                      "does not assign it")
             lost -= _assigned([stmt])
-            if not lost:
+            if not lost or _exits_unless_guard(stmt, guard):
                 return
 
     def _raising_if(self, pos: Pos) -> cst.CSTNode:
