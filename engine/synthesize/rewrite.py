@@ -449,11 +449,26 @@ def _reads_outside(stmt: cst.CSTNode, guard: cst.BaseExpression) -> set[str]:
 
 
 class _Fit(cst.CSTTransformer):
+    """Lays out again the statements (and comment lines above them) that no longer fit."""
+
     def __init__(self, style, column: int, unit: int) -> None:
         self.style = style
         self.column = column
         self.unit = unit
         self.depth = 0
+
+    def _comments(self, lines, width: int) -> list:
+        out = []
+        for line in lines:
+            comment = line.comment.value if line.comment is not None else None
+            room = self.style.line_length - width
+            if comment is None or len(comment) <= room or " " not in comment[2:room]:
+                out.append(line)
+                continue
+            at = comment.rindex(" ", 2, room)  # a comment too long for its new depth: two lines
+            out.append(line.with_changes(comment=cst.Comment(comment[:at])))
+            out.append(line.with_changes(comment=cst.Comment("# " + comment[at + 1:])))
+        return out
 
     def visit_IndentedBlock(self, node: cst.IndentedBlock) -> bool:  # noqa: N802 - libcst's visitor names
         self.depth += 1
@@ -464,8 +479,9 @@ class _Fit(cst.CSTTransformer):
         return updated
 
     def leave_SimpleStatementLine(self, original, updated):  # noqa: N802
-        text = cst.Module([]).code_for_node(updated.with_changes(leading_lines=[]))
         width = self.column + self.depth * self.unit
+        updated = updated.with_changes(leading_lines=self._comments(updated.leading_lines, width))
+        text = cst.Module([]).code_for_node(updated.with_changes(leading_lines=[]))
         if max(len(line) for line in text.splitlines()) + width <= self.style.line_length:
             return updated
         formatted = self.style.format_statement(text, width)

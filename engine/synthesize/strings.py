@@ -22,7 +22,27 @@ def _split_text(text: str) -> int | None:
 
 class _Splitter(cst.CSTTransformer):
     def visit_ConcatenatedString(self, node: cst.ConcatenatedString) -> bool:  # noqa: N802
-        return False  # already in parts; a part cannot itself be a concatenation
+        return False  # its parts are split by leave_ConcatenatedString (a left part cannot be a concatenation)
+
+    def leave_ConcatenatedString(self, original, updated):  # noqa: N802
+        return self._parts(updated)
+
+    def _parts(self, node):
+        """A concatenation with each long part split: a + (b + c) keeps the left a single literal."""
+        right = node.right
+        right = self._parts(right) if isinstance(right, cst.ConcatenatedString) else self._one(right)
+        left = self._one(node.left)
+        if isinstance(left, cst.ConcatenatedString):
+            inner = cst.ConcatenatedString(left=left.right, right=right)  # type: ignore[arg-type]
+            return node.with_changes(left=left.left, right=inner)
+        return node.with_changes(left=left, right=right)
+
+    def _one(self, part):
+        if isinstance(part, cst.SimpleString):
+            return self.leave_SimpleString(part, part)
+        if isinstance(part, cst.FormattedString):
+            return self.leave_FormattedString(part, part)
+        return part
 
     def leave_SimpleString(self, original, updated):  # noqa: N802 - libcst's visitor names
         value = updated.value

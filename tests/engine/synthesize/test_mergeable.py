@@ -110,13 +110,17 @@ def test_a_long_message_is_split_where_it_means_the_same():
     assert str(original) == str(again) == "Attention mask should be of size (2, 1), but is (3,)"
 
 
-def test_a_message_already_in_parts_is_left_as_it_is():
+def test_a_long_part_of_a_message_already_in_parts_is_split_too():
     import libcst as cst
 
     from engine.synthesize.strings import split_long_strings
 
-    stmt = cst.parse_statement('raise ValueError("a first part that is long enough to split " "and a second one")\n')
-    assert cst.Module([]).code_for_node(split_long_strings(stmt)) == cst.Module([]).code_for_node(stmt)
+    stmt = cst.parse_statement('x = ("a first part that is long enough to split " "and a second one")\n')
+    split = split_long_strings(stmt)
+    code = cst.Module([]).code_for_node(split)
+    assert code.count('"') == 6
+    assert eval(code.split("=", 1)[1]) == "a first part that is long enough to split and a second one"  # noqa: S307
+
 
 
 def test_guard_facts_fold_and_negate_plainly():
