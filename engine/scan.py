@@ -123,9 +123,13 @@ def scan_path(root: Path | str, *, rules: str | list[Rule] = "default", include:
               exclude: list[str] | None = None, rewrite: bool = True, progress=None) -> ScanResult:
     """Scan a file or folder. Files that do not parse or cannot be read become diagnostics; the
     rest is scanned."""
-    from engine.synthesize import apply_findings
+    from engine.synthesize import apply_findings, find_style
 
     root = Path(root)
+    from engine.synthesize.contract import project_root, torch_contract
+
+    styles: dict[Path, object] = {}  # folder -> the repository style configured for it
+    contract = torch_contract(project_root(root))
     chosen = select_rules(rules) if isinstance(rules, str) else rules
     result = ScanResult(str(root))
     base, paths = _python_files(root, result)
@@ -160,9 +164,21 @@ def scan_path(root: Path | str, *, rules: str | list[Rule] = "default", include:
         result.diagnostics.extend(fm.diagnostics)
         findings = _find(fm, text, chosen)
         result.findings.extend(findings)
+        for f in findings:
+            requires = f.match.rule.requires if f.match is not None else ()
+            if f.status not in ("rewritten", "guarded") or not requires:
+                continue
+            refused = contract.refuses(requires) if contract is not None else None
+            if refused is not None:  # the rewrite would break the project's users on older torch
+                f.status, f.reason = "near-miss", f"not rewritten: {refused}"
+            else:
+                f.message = f"{f.message} (needs {', '.join(requires)})"
         if rewrite and any(f.status in ("rewritten", "guarded") for f in findings):
             try:
-                new_text = apply_findings(text, findings)
+                style = styles.get(path.parent)
+                if style is None:
+                    style = styles[path.parent] = find_style(path.parent)
+                new_text = apply_findings(text, findings, style)  # type: ignore[arg-type]
             except Exception as exc:  # a synthesis bug must not lose the scan
                 result.diagnostics.append(Diagnostic(rel, 0, f"rewrite failed and was skipped: {exc}", "error"))
                 continue

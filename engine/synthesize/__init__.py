@@ -1,18 +1,29 @@
 """Synthesis: rewrite source for the findings that scope analysis proved safe.
 
-`apply_findings` edits one file: it applies one finding, extracts and matches the result again, and
-repeats (bottom-most finding first), so positions are always fresh and a second scan of the output
-finds nothing left to rewrite. A finding that cannot be rewritten is turned into a near-miss with
-the reason; the rest still apply.
+`apply_findings` edits one file. The findings are grouped by the function that holds them; each such
+region is parsed once with libcst and every finding in it becomes an edit computed against that one
+parse; the edits are made together in one pass, the region is checked to compile, and put back in
+the file. Two findings whose edits touch the same statements cannot both be computed against one
+parse: the lower one is made, and the other is matched again on the edited text in a further round.
+A guarded rewrite keeps the original code under its guard, where another match may now be made: a
+file with one is matched again too (these are the cases that parse a region twice). A finding that cannot be rewritten is turned into a
+near-miss with the reason; the rest still apply. Then the imports the new code needs are added, and
+imports and parameter-free modules it orphaned are removed.
 """
 
 from __future__ import annotations
 
+import ast
+
 from engine.match.matcher import Finding
-from engine.synthesize.rewrite import SynthesisError, Synthesizer, add_imports
+from engine.synthesize.context import FileContext
+from engine.synthesize.imports import tidy_imports
+from engine.synthesize.region import Region, regions
+from engine.synthesize.rewrite import Edit, SynthesisError, Synthesizer
+from engine.synthesize.style import Style, find_style
 from engine.synthesize.template import TemplateError
 
-MAX_REWRITES_PER_FILE = 200
+MAX_ROUNDS = 20
 
 REWRITABLE = ("rewritten", "guarded")
 
@@ -21,16 +32,83 @@ def _identity(f: Finding) -> tuple:
     return (f.rule_id, f.cls, f.method, f.line)
 
 
-def _span(finding: Finding) -> tuple[int, int]:
-    """The lines a rewrite of `finding` reads or edits: its matched nodes and removed checks (the
-    enclosing statements are found from these)."""
-    places = [*finding.locations, *finding.checks]
-    return min(p.line for p in places), max(p.end_line for p in places)
+class _File:
+    """One file being rewritten: what was applied, what failed and why."""
+
+    def __init__(self, text: str, context: FileContext) -> None:
+        self.text = text
+        self.context = context
+        self.failed: dict[tuple, str] = {}
+        self.applied_rules: dict[str, object] = {}
+        self.codes: list[str] = []
+
+    def rewrite_region(self, lines: list[str], region: Region, path: str) -> tuple[list[str], bool]:
+        """The region's new lines, and whether some finding was left for another round."""
+        original = lines[region.start - 1:region.end]
+        try:
+            synth = Synthesizer(region.text(lines), lines, region.offset, self.context)
+        except Exception as exc:  # libcst cannot parse this function: nothing in it is rewritten
+            for f in region.findings:
+                self.failed[_identity(f)] = f"the function does not parse for rewriting: {exc}"
+            return original, False
+        edits: list[tuple[Finding, Edit]] = []
+        deferred = False
+        for finding in sorted(region.findings, key=lambda f: (f.line, f.end_line), reverse=True):
+            try:
+                edit = synth.edit(finding)
+            except (SynthesisError, TemplateError) as exc:
+                self.failed[_identity(finding)] = str(exc)
+                continue
+            except Exception as exc:  # a synthesis bug must not lose the other findings
+                self.failed[_identity(finding)] = f"synthesis failed: {type(exc).__name__}: {exc}"
+                continue
+            if any(edit.overlaps(other) for _, other in edits):
+                deferred = True  # made on the edited text in the next round
+                continue
+            edits.append((finding, edit))
+        if not edits:
+            return original, deferred
+        code = self._compiling(synth, edits, path)
+        if code is None:
+            return original, deferred
+        for finding, edit in edits:
+            if _identity(finding) not in self.failed:
+                self.applied_rules[finding.rule_id] = finding.match.rule  # type: ignore[union-attr]
+                self.codes.append(edit.code)
+                # the original code stays under a guard, where the guard's facts may let another
+                # rule (or this one, on the other path) match it: matched again in the next round
+                deferred = deferred or finding.status == "guarded"
+        return region.lines_of(code, lines), deferred
+
+    def _compiling(self, synth: Synthesizer, edits: list[tuple[Finding, Edit]], path: str) -> str | None:
+        code = synth.apply([e for _, e in edits])
+        if _compiles(code, path):
+            return code
+        # some edit breaks the code: find it by making each alone (error path only)
+        good = []
+        for finding, edit in edits:
+            if _compiles(synth.apply([edit]), path):
+                good.append((finding, edit))
+            else:
+                self.failed[_identity(finding)] = "the rewritten code does not compile"
+        if not good:
+            return None
+        code = synth.apply([e for _, e in good])
+        return code if _compiles(code, path) else None
 
 
-def apply_findings(text: str, findings: list[Finding]) -> str:
+def _compiles(code: str, path: str) -> bool:
+    try:
+        compile(code, path, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
+def apply_findings(text: str, findings: list[Finding], style: Style | None = None) -> str:
     from engine.extract import extract_source
     from engine.match import find
+    from engine.match.fused import mark_already_fused
     from engine.suppression import apply_suppressions
 
     todo = [f for f in findings if f.status in REWRITABLE and f.match is not None]
@@ -39,43 +117,98 @@ def apply_findings(text: str, findings: list[Finding]) -> str:
     rules = list({id(f.match.rule): f.match.rule for f in todo}.values())  # type: ignore[union-attr]
     file = todo[0].match.file  # type: ignore[union-attr]
     original = text
-    applied_rules: dict[str, object] = {}
-    failed: dict[tuple, str] = {}
-    current = todo
-    for _ in range(MAX_REWRITES_PER_FILE):
-        candidates = sorted((f for f in current if f.status in REWRITABLE and _identity(f) not in failed),
-                            key=lambda f: (f.line, f.end_line), reverse=True)
-        if not candidates:
+    try:
+        tree: ast.Module | None = ast.parse(text)  # the one ast parse: aliases and import positions
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        tree = None
+    state = _File(text, FileContext.of(tree, text, style))
+    moved = _LineMap()
+    for round_number in range(MAX_ROUNDS):
+        lines = text.splitlines(keepends=True)
+        new_lines = list(lines)
+        again = False
+        for region in reversed(regions(todo, len(lines))):  # bottom-up: earlier lines do not move
+            replaced, deferred = state.rewrite_region(lines, region, file.path)
+            new_lines[region.start - 1:region.end] = replaced
+            moved.add(round_number, region.start, region.end, len(replaced))
+            again = again or deferred
+        text = "".join(new_lines)
+        if not again:
             break
-        # Bottom-up: an edit never moves the lines above it, so every finding that ends above the
-        # last edit can be applied to the edited text without matching again.
-        edited_from = None
-        for finding in candidates:
-            if edited_from is not None and finding.end_line >= edited_from:
-                continue  # overlaps an edit made in this round: matched again in the next one
-            try:
-                new_text = Synthesizer(text, _span(finding)).rewrite(finding)
-                compile(new_text, file.path, "exec")
-            except (SynthesisError, TemplateError, SyntaxError) as exc:
-                failed[_identity(finding)] = str(exc)
-                continue
-            text = new_text
-            edited_from = finding.line
-            applied_rules[finding.rule_id] = finding.match.rule  # type: ignore[union-attr]
-        if edited_from is None:
-            break
-        fm = extract_source(text, file.path, file.module)
+        classes_text = _only_classes(text, {f.cls for f in todo}, tree, moved)
+        fm = extract_source(classes_text, file.path, file.module)
         current = find([fm], rules, near_misses=False)
-        apply_suppressions(current, text)  # matched again: `# adopter: ignore` still holds
+        # matched again: a fallback beside a fused path stays one, `# adopter: ignore` still holds
+        mark_already_fused(classes_text, file.module, current, {r.id: r.kernel for r in rules if r.kernel})
+        apply_suppressions(current, classes_text)
+        todo = [f for f in current
+                if f.status in REWRITABLE and f.match is not None and _identity(f) not in state.failed]
+        if not todo:
+            break
     if text != original:
-        imports = [line for rule in applied_rules.values() for line in rule.imports]  # type: ignore[attr-defined]
-        text = add_imports(text, list(dict.fromkeys(imports)))
+        imports = list(dict.fromkeys(line for rule in state.applied_rules.values()
+                                     for line in rule.imports))  # type: ignore[attr-defined]
+        if tree is not None:
+            text = tidy_imports(original, tree, text, moved, imports, _names_in(state.codes), state.context.aliases,
+                                is_package_init=file.path.endswith("__init__.py"))
     for f in findings:
-        reason = failed.get(_identity(f))
+        reason = state.failed.get(_identity(f))
         if reason is not None:
             f.status = "near-miss"
             f.reason = f"not rewritten: {reason}"
     return text
 
 
-__all__ = ["SynthesisError", "apply_findings"]
+def _only_classes(text: str, names: set[str], tree: ast.Module | None, moved: _LineMap) -> str:
+    """`text` with every top-level class but `names` blanked out line for line (positions stay as
+    they are): matching again after an edit extracts only the classes that were edited, with the
+    module's functions and imports that they may use. The classes are found in the original's
+    parse `tree`, their lines through `moved` (a class not edited lies outside every region)."""
+    if tree is None:
+        return text
+    lines = text.splitlines(keepends=True)
+    for stmt in tree.body:
+        if isinstance(stmt, ast.ClassDef) and stmt.name not in names:
+            first = moved(min([stmt.lineno, *(d.lineno for d in stmt.decorator_list)]))
+            last = moved(stmt.end_lineno or stmt.lineno)
+            if first is None or last is None:
+                continue
+            for i in range(first - 1, last):
+                lines[i] = "\n"
+    return "".join(lines)
+
+
+class _LineMap:
+    """Where a line of the original is after regions were replaced, round after round (None inside
+    a replaced region). Each round's regions are in the lines of the text that round started from."""
+
+    def __init__(self) -> None:
+        self.rounds: dict[int, list[tuple[int, int, int]]] = {}  # round -> (start, end, new length)
+
+    def add(self, round_number: int, start: int, end: int, new_length: int) -> None:
+        self.rounds.setdefault(round_number, []).append((start, end, new_length))
+
+    def __call__(self, line: int) -> int | None:
+        for _, changes in sorted(self.rounds.items()):
+            shift = 0
+            for start, end, new_length in changes:
+                if start <= line <= end:
+                    return None
+                if end < line:
+                    shift += new_length - (end - start + 1)
+            line += shift
+        return line
+
+
+def _names_in(codes: list[str]) -> set[str]:
+    names: set[str] = set()
+    for code in codes:
+        try:
+            tree = ast.parse(code, mode="eval")
+        except SyntaxError:
+            continue
+        names.update(n.id for n in ast.walk(tree) if isinstance(n, ast.Name))
+    return names
+
+
+__all__ = ["SynthesisError", "Style", "apply_findings", "find_style"]

@@ -1,6 +1,9 @@
-"""Synthesis: turn one rewritable finding into edited source, with libcst (never string surgery).
+"""Synthesis: turn rewritable findings into edits of one parsed region, with libcst (never string
+surgery).
 
-For a finding the rewrite
+A `Synthesizer` holds one libcst parse of a region of a file (the function that holds the findings,
+see `region.py`); `edit(finding)` computes a finding's edit against that parse without changing it,
+and `apply(edits)` makes all of them in one pass. For a finding the edit
   * replaces the root expression (the value the pattern ends in) by the rule's template, filled
     with the match's bindings;
   * removes the statements that only computed intermediates of the match (an `if` left empty goes
@@ -17,12 +20,16 @@ import re
 from dataclasses import dataclass
 
 import libcst as cst
-from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
+from libcst.metadata import CodeRange
 
 from engine.dsl.ir import Const, Node, Operand, Pos, Seq, Sym, Var
 from engine.match.matcher import Finding, Match
 from engine.synthesize import layout
+from engine.synthesize.context import FileContext
+from engine.synthesize.locate import AlignmentError, StatementIndex, expressions_in
+from engine.synthesize.strings import split_long_strings
 from engine.synthesize.template import TemplateError, render_template
+from engine.synthesize.tidy import tidy
 
 _TEMP = re.compile(r"^_t\d+$|^_if(\.\d+)?$|^_[A-Za-z_]\w*(\.\d+)?$")
 
@@ -43,36 +50,6 @@ def _char_col(line_text: str, byte_col: int) -> int:
     return len(line_text.encode("utf-8")[:byte_col].decode("utf-8", "replace"))
 
 
-class _Index(cst.CSTVisitor):
-    """Every expression and statement with its position."""
-
-    METADATA_DEPENDENCIES = (PositionProvider,)
-
-    def __init__(self, lines: tuple[int, int] | None = None) -> None:
-        self.expressions: list[_Located] = []
-        self.statements: list[_Located] = []
-        self.lines = lines  # only statements overlapping these lines are indexed (big files)
-        self.parents: dict[int, cst.CSTNode] = {}  # id(node) -> parent, for the indexed region
-        self._stack: list[cst.CSTNode] = []
-
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        # libcst calls on_leave for every node on_visit saw, pruned or not: keep the stack in step
-        if self._stack:
-            self.parents[id(node)] = self._stack[-1]
-        self._stack.append(node)
-        if isinstance(node, cst.BaseExpression):
-            self.expressions.append(_Located(node, self.get_metadata(PositionProvider, node)))
-        elif isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
-            where = self.get_metadata(PositionProvider, node)
-            if self.lines is not None and (where.end.line < self.lines[0] or where.start.line > self.lines[1]):
-                return False
-            self.statements.append(_Located(node, where))
-        return True
-
-    def on_leave(self, original_node: cst.CSTNode) -> None:
-        self._stack.pop()
-
-
 def _contains(outer: CodeRange, line: int, col: int, end_line: int, end_col: int) -> bool:
     start_ok = (outer.start.line, outer.start.column) <= (line, col)
     end_ok = (outer.end.line, outer.end.column) >= (end_line, end_col)
@@ -83,65 +60,445 @@ def _size(r: CodeRange) -> tuple[int, int]:
     return (r.end.line - r.start.line, (r.end.column - r.start.column) if r.end.line == r.start.line else 10**6)
 
 
-class _Rewriter(cst.CSTTransformer):
-    """Replaces the root expression and removes statements. A removed statement's comment lines
-    move to the next statement that stays, so the code's explanations survive the edit."""
+def _key(node: cst.CSTNode) -> str:
+    """A condition's text with its layout removed: the key under which its truth is known."""
+    if isinstance(node, cst.BaseExpression) and (node.lpar or node.rpar):
+        node = node.with_changes(lpar=[], rpar=[])
+    return " ".join(cst.Module([]).code_for_node(node).split())
 
-    def __init__(self, replace: dict[cst.CSTNode, cst.CSTNode], remove: set[cst.CSTNode]) -> None:
+
+class _Rewriter(cst.CSTTransformer):
+    """Replaces expressions and statements, removes statements and splices runs of statements
+    (the edits of several findings at once), and folds every `if` whose test `facts` decide.
+    A removed statement's comments go with it: they describe code that is gone."""
+
+    def __init__(self, replace: dict[cst.CSTNode, cst.CSTNode], remove: set[cst.CSTNode],
+                 splices: dict[cst.CSTNode, tuple[cst.CSTNode, list[cst.CSTNode]]] | None = None,
+                 facts: dict[str, bool] | None = None) -> None:
         self.replace = replace
         self.remove = remove
+        self.splices = splices or {}  # first statement of a run -> (its replacement, the rest of the run)
+        self.spliced = {id(n) for _, rest in self.splices.values() for n in rest}
+        self.facts = facts or {}
         # updated statements to take out of their block, by id; the nodes are held here so that no
         # other node can be given the same id while the rewrite runs
         self.dropped: dict[int, cst.CSTNode] = {}
+        # with `on_path` (the ids of the targets' ancestors), only those are entered; without it,
+        # every statement is (folding needs the `if`s) but no expression, as every edit is of whole
+        # statements: most of a tree's nodes are never visited
+        self.on_path: set[int] | None = None
+        self.deep = False  # enter expressions too (to replace one)
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if self.deep:
+            return True
+        if self.on_path is not None:
+            return id(node) in self.on_path
+        return not isinstance(node, (cst.BaseExpression, cst.SimpleStatementLine)) \
+            and node not in self.replace and node not in self.splices
 
     def on_leave(self, original: cst.CSTNode, updated: cst.CSTNode):  # type: ignore[override]
         if original in self.replace:
             return self.replace[original]
+        if original in self.splices:
+            return self.splices[original][0]
+        if id(original) in self.spliced:
+            return cst.RemoveFromParent()
         if original in self.remove:
-            self.dropped[id(updated)] = updated
-            return updated
+            return self._drop(updated)
         if isinstance(updated, (cst.IndentedBlock, cst.Module)):
             return updated.with_changes(body=self._filter(updated.body))
-        if isinstance(updated, cst.If) and isinstance(original, cst.If):
-            body = updated.body
-            if isinstance(body, cst.IndentedBlock) and not body.body:
-                if updated.orelse is None:
-                    self.dropped[id(updated)] = updated
-                    return updated
-                return updated.with_changes(body=body.with_changes(body=[cst.SimpleStatementLine([cst.Pass()])]))
+        if isinstance(updated, cst.If):
+            return self._fold_if(updated)
         body = getattr(updated, "body", None)
-        if isinstance(body, cst.IndentedBlock) and not body.body and not isinstance(updated, cst.If):
+        if isinstance(body, cst.IndentedBlock) and not body.body and not isinstance(updated, cst.Else):
             return updated.with_changes(body=body.with_changes(body=[cst.SimpleStatementLine([cst.Pass()])]))
         return updated
 
+    def _drop(self, updated: cst.CSTNode) -> cst.CSTNode:
+        self.dropped[id(updated)] = updated
+        return updated
+
+    def _fold_if(self, node: cst.If):
+        """An `if` whose test is known becomes the branch that runs; an empty branch goes (never
+        `else: pass`); an empty body with an `else` becomes `if not test:`."""
+        known = evaluate(node.test, self.facts)
+        orelse = node.orelse
+        if known is True:
+            return self._inline(node, node.body.body if isinstance(node.body, cst.IndentedBlock) else ())
+        if known is False:
+            if orelse is None:
+                return self._drop(node)
+            if isinstance(orelse, cst.If):
+                return orelse.with_changes(leading_lines=node.leading_lines)
+            return self._inline(node, orelse.body.body if isinstance(orelse.body, cst.IndentedBlock) else ())
+        if isinstance(orelse, cst.Else) and isinstance(orelse.body, cst.IndentedBlock) and not orelse.body.body:
+            node = node.with_changes(orelse=None)
+            orelse = None
+        body = node.body
+        if isinstance(body, cst.IndentedBlock) and not body.body:
+            if orelse is None:
+                return self._drop(node)
+            if isinstance(orelse, cst.Else):
+                return node.with_changes(test=negate(node.test), body=orelse.body, orelse=None)
+            return node.with_changes(body=body.with_changes(body=[cst.SimpleStatementLine([cst.Pass()])]))
+        return node
+
+    def _inline(self, node: cst.If, body) -> cst.CSTNode:
+        statements = list(body)
+        if not statements:
+            return self._drop(node)
+        comments = [ln for ln in node.leading_lines]
+        first = statements[0]
+        statements[0] = first.with_changes(leading_lines=[*comments, *getattr(first, "leading_lines", ())])
+        return cst.FlattenSentinel(statements)
+
     def _filter(self, body) -> list:
-        kept: list = []
-        carried: list[cst.EmptyLine] = []
-        for stmt in body:
-            lines = list(getattr(stmt, "leading_lines", ()))
-            if id(stmt) in self.dropped:
-                carried.extend(ln for ln in lines if ln.comment is not None)
-                continue
-            if carried:
-                stmt = stmt.with_changes(leading_lines=[*lines, *carried] if not lines else [*lines[:1], *carried, *lines[1:]])
-                carried = []
-            kept.append(stmt)
+        kept = [stmt for stmt in body if id(stmt) not in self.dropped]
+        if kept and len(kept) < len(body) and id(kept[0]) != id(body[0]) and hasattr(kept[0], "leading_lines"):
+            # the block now starts with what was in its middle: no blank line opens a block
+            lines = list(kept[0].leading_lines)
+            while lines and lines[0].comment is None:
+                lines.pop(0)
+            kept[0] = kept[0].with_changes(leading_lines=lines)
         return kept
 
-class _Splice(cst.CSTTransformer):
-    """Replace a contiguous run of statements of one block by one new statement."""
 
-    def __init__(self, first: cst.CSTNode, run: list[cst.CSTNode], new: cst.BaseStatement) -> None:
-        self.first = first
-        self.run = set(run)
-        self.new = new
+# -- what a condition's known truth decides ----------------------------------------------------------
 
-    def on_leave(self, original: cst.CSTNode, updated: cst.CSTNode):  # type: ignore[override]
-        if original is self.first:
-            return self.new
-        if original in self.run:
-            return cst.RemoveFromParent()
+_FLIP = {cst.Is: cst.IsNot, cst.IsNot: cst.Is, cst.Equal: cst.NotEqual, cst.NotEqual: cst.Equal,
+         cst.In: cst.NotIn, cst.NotIn: cst.In}
+
+
+def _bare(node: cst.BaseExpression) -> cst.BaseExpression:
+    return node.with_changes(lpar=[], rpar=[]) if node.lpar else node
+
+
+def negate(test: cst.BaseExpression) -> cst.BaseExpression:
+    """`not test`, written plainly: `not x` -> `x`, `a is None` -> `a is not None`."""
+    bare = _bare(test)
+    if isinstance(bare, cst.UnaryOperation) and isinstance(bare.operator, cst.Not):
+        return _bare(bare.expression)
+    if isinstance(bare, cst.Comparison) and len(bare.comparisons) == 1:
+        target = bare.comparisons[0]
+        flipped = _FLIP.get(type(target.operator))
+        if flipped is not None:
+            op = target.operator
+            new_op = flipped(whitespace_before=op.whitespace_before, whitespace_after=op.whitespace_after) \
+                if flipped in (cst.Equal, cst.NotEqual, cst.In) else flipped()
+            return bare.with_changes(comparisons=[target.with_changes(operator=new_op)])
+    operand = bare
+    if isinstance(bare, (cst.BooleanOperation, cst.IfExp, cst.Lambda, cst.NamedExpr)):
+        operand = bare.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    return cst.UnaryOperation(operator=cst.Not(), expression=operand)
+
+
+def plain(test: cst.BaseExpression) -> cst.BaseExpression:
+    """A condition without double negations: `not (m is not None)` -> `m is None`."""
+    bare = _bare(test)
+    if isinstance(bare, cst.UnaryOperation) and isinstance(bare.operator, cst.Not):
+        inner = plain(bare.expression)
+        return negate(inner)
+    if isinstance(bare, cst.BooleanOperation):
+        left, right = plain(bare.left), plain(bare.right)
+        return tidy(bare.with_changes(left=_keep_parens(bare.left, left), right=_keep_parens(bare.right, right)))
+    return tidy(bare) if bare is not test else bare
+
+
+def _keep_parens(before: cst.BaseExpression, after: cst.BaseExpression) -> cst.BaseExpression:
+    """`after` parenthesized as `before` was (tidy drops the ones its operators do not need)."""
+    if before.lpar and not after.lpar:
+        return after.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    return after
+
+
+def evaluate(test: cst.BaseExpression, facts: dict[str, bool]) -> bool | None:
+    """The truth of `test` where the conditions in `facts` are known (three-valued: None when it
+    does not follow)."""
+    bare = _bare(test)
+    if isinstance(bare, cst.Name) and bare.value in ("True", "False"):
+        return bare.value == "True"
+    if not facts:
+        return None
+    key = _key(bare)
+    if key in facts:
+        return facts[key]
+    if isinstance(bare, cst.Name) and bare.value in ("True", "False"):
+        return bare.value == "True"
+    if isinstance(bare, cst.UnaryOperation) and isinstance(bare.operator, cst.Not):
+        inner = evaluate(bare.expression, facts)
+        return None if inner is None else not inner
+    if isinstance(bare, cst.Comparison) and len(bare.comparisons) == 1 and type(bare.comparisons[0].operator) in _FLIP:
+        flipped = _key(negate(bare))
+        if flipped in facts:
+            return not facts[flipped]
+    if isinstance(bare, cst.BooleanOperation):
+        left, right = evaluate(bare.left, facts), evaluate(bare.right, facts)
+        if isinstance(bare.operator, cst.And):
+            if left is False or right is False:
+                return False
+            return True if left is True and right is True else None
+        if left is True or right is True:
+            return True
+        return False if left is False and right is False else None
+    return None
+
+
+def known_when(test: cst.BaseExpression, value: bool, facts: dict[str, bool] | None = None) -> dict[str, bool]:
+    """What holds when `test` has truth `value`: the test itself, and the parts of a conjunction
+    that is true or of a disjunction that is false."""
+    facts = dict(facts or {})
+    bare = _bare(test)
+    if isinstance(bare, cst.UnaryOperation) and isinstance(bare.operator, cst.Not):
+        return known_when(bare.expression, not value, facts)
+    facts[_key(bare)] = value
+    if isinstance(bare, cst.BooleanOperation):
+        if isinstance(bare.operator, cst.And) and value:
+            facts = known_when(bare.right, True, known_when(bare.left, True, facts))
+        elif isinstance(bare.operator, cst.Or) and not value:
+            facts = known_when(bare.right, False, known_when(bare.left, False, facts))
+    return facts
+
+
+@dataclass
+class Edit:
+    """One finding's edit of the parsed region, made later together with the others'."""
+
+    replace: dict
+    remove: set
+    splices: dict
+    footprint: list[tuple[int, int]]  # region lines of the statements it touches
+    code: str  # the new expression's text (for the imports it needs)
+
+    def overlaps(self, other: Edit) -> bool:
+        return any(a <= d and c <= b for a, b in self.footprint for c, d in other.footprint)
+
+
+def _decided_ifs(stmt: cst.CSTNode, facts: dict[str, bool]) -> bool:
+    """Whether `stmt` is or holds (in its blocks) an `if` whose test `facts` decide."""
+    if isinstance(stmt, cst.If):
+        if evaluate(stmt.test, facts) is not None:
+            return True
+        inner = list(stmt.body.body) if isinstance(stmt.body, cst.IndentedBlock) else []
+        if stmt.orelse is not None:
+            inner.append(stmt.orelse if isinstance(stmt.orelse, cst.If) else None)
+            if isinstance(stmt.orelse, cst.Else) and isinstance(stmt.orelse.body, cst.IndentedBlock):
+                inner.extend(stmt.orelse.body.body)
+        return any(_decided_ifs(s, facts) for s in inner if s is not None)
+    body = getattr(stmt, "body", None)
+    if isinstance(body, cst.IndentedBlock):
+        return any(_decided_ifs(s, facts) for s in body.body)
+    return False
+
+
+def _arg_text(arg: cst.Arg) -> str:
+    """One argument as written, without the comma and line break after it."""
+    keyword = f"{arg.keyword.value}=" if arg.keyword is not None else ""
+    return f"{arg.star}{keyword}{cst.Module([]).code_for_node(arg.value)}"
+
+
+def _magic_comma(original: cst.BaseExpression, new: cst.BaseExpression) -> cst.BaseExpression:
+    """A call its author exploded with a trailing comma (`f(\n    a,\n)`) stays exploded: the new
+    call ends with a comma too, which the formatter keeps one argument a line."""
+    if isinstance(original, cst.Call) and isinstance(new, cst.Call) and original.args and new.args \
+            and isinstance(original.args[-1].comma, cst.Comma):
+        last = new.args[-1].with_changes(comma=cst.Comma())
+        return new.with_changes(args=[*new.args[:-1], last])
+    return new
+
+
+def _exits_unless_guard(stmt: cst.CSTNode, guard: cst.BaseExpression) -> bool:
+    """Whether what follows `stmt` runs only where `guard` holds: `stmt` is `if T: ... return` (or
+    raise) without an else, and T false implies the guard."""
+    if not isinstance(stmt, cst.If) or stmt.orelse is not None or not isinstance(stmt.body, cst.IndentedBlock):
+        return False
+    last = stmt.body.body[-1] if stmt.body.body else None
+    exits = isinstance(last, cst.SimpleStatementLine) and isinstance(last.body[-1], (cst.Return, cst.Raise))
+    return exits and evaluate(guard, known_when(stmt.test, False)) is True
+
+
+def _has_effects_beyond(stmt: cst.CSTNode) -> bool:
+    """Whether moving `stmt` could change what happens: anything but plain assignments, `if`s of
+    them and checks that raise (a call may mutate, a loop or a `with` may do anything)."""
+    if isinstance(stmt, cst.SimpleStatementLine):
+        return not all(isinstance(s, (cst.Assign, cst.AnnAssign, cst.Raise)) for s in stmt.body)
+    if isinstance(stmt, cst.If):
+        inner = list(stmt.body.body) if isinstance(stmt.body, cst.IndentedBlock) else [stmt.body]
+        if isinstance(stmt.orelse, cst.Else) and isinstance(stmt.orelse.body, cst.IndentedBlock):
+            inner += list(stmt.orelse.body.body)
+        elif stmt.orelse is not None:
+            inner.append(stmt.orelse)
+        return any(_has_effects_beyond(s) for s in inner)
+    return True
+
+
+class _ById:
+    def __init__(self, ranges: dict[int, CodeRange]) -> None:
+        self.ranges = ranges
+
+    def __getitem__(self, node: cst.CSTNode) -> CodeRange:
+        return self.ranges[id(node)]
+
+
+class _Names(cst.CSTVisitor):
+    """Names a piece of code reads and assigns. With `guard`, the reads in branches that run only
+    when the guard holds are left out (there the original path ran and assigned them)."""
+
+    def __init__(self, guard: cst.BaseExpression | None = None) -> None:
+        self.reads: set[str] = set()
+        self.assigned: set[str] = set()
+        self.guard = guard
+
+    def _implies_guard(self, test: cst.BaseExpression, value: bool) -> bool:
+        return self.guard is not None and evaluate(self.guard, known_when(test, value)) is True
+
+    def visit_If(self, node: cst.If) -> bool:  # noqa: N802 - libcst's visitor names
+        node.test.visit(self)
+        if not self._implies_guard(node.test, True):
+            node.body.visit(self)
+        if node.orelse is not None and not self._implies_guard(node.test, False):
+            node.orelse.visit(self)
+        return False
+
+    def visit_IfExp(self, node: cst.IfExp) -> bool:  # noqa: N802
+        node.test.visit(self)
+        if not self._implies_guard(node.test, True):
+            node.body.visit(self)
+        if not self._implies_guard(node.test, False):
+            node.orelse.visit(self)
+        return False
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:  # noqa: N802
+        node.value.visit(self)
+        return False
+
+    def visit_Arg(self, node: cst.Arg) -> bool:  # noqa: N802
+        node.value.visit(self)
+        return False
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> bool:  # noqa: N802
+        self._collect_targets(node.target)
+        return False
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> bool:  # noqa: N802
+        node.value.visit(self)
+        node.target.visit(self)
+        self._collect_targets(node.target)
+        return False
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> bool:  # noqa: N802
+        if node.value is not None:
+            node.value.visit(self)
+        self._collect_targets(node.target)
+        return False
+
+    def visit_For(self, node: cst.For) -> bool:  # noqa: N802
+        self._collect_targets(node.target)
+        return True
+
+    def visit_AsName(self, node: cst.AsName) -> bool:  # noqa: N802
+        self._collect_targets(node.name)
+        return False
+
+    def visit_Name(self, node: cst.Name) -> bool:  # noqa: N802
+        self.reads.add(node.value)
+        return False
+
+    def _collect_targets(self, target: cst.CSTNode) -> None:
+        if isinstance(target, cst.Name):
+            self.assigned.add(target.value)
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            for element in target.elements:
+                self._collect_targets(element.value)
+        elif isinstance(target, cst.StarredElement):
+            self._collect_targets(target.value)
+        else:  # self.x = ..., a[i] = ...: reads its base
+            target.visit(self)
+
+
+def _assigned(statements: list) -> set[str]:
+    """Names the statements (and the blocks in them) assign, read off the statements alone."""
+    names = _Names()
+    for stmt in statements:
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                if isinstance(small, cst.Assign):
+                    for target in small.targets:
+                        names._collect_targets(target.target)
+                elif isinstance(small, (cst.AugAssign, cst.AnnAssign)):
+                    names._collect_targets(small.target)
+            continue
+        if isinstance(stmt, cst.For):
+            names._collect_targets(stmt.target)
+        if isinstance(stmt, cst.With):
+            for item in stmt.items:
+                if item.asname is not None:
+                    names._collect_targets(item.asname.name)
+        for block in (getattr(stmt, "body", None), getattr(getattr(stmt, "orelse", None), "body", None)):
+            if isinstance(block, cst.IndentedBlock):
+                names.assigned |= _assigned(list(block.body))
+        if isinstance(getattr(stmt, "orelse", None), cst.If):
+            names.assigned |= _assigned([stmt.orelse])  # type: ignore[attr-defined]
+    return names.assigned
+
+
+def _reads_outside(stmt: cst.CSTNode, guard: cst.BaseExpression) -> set[str]:
+    """Names `stmt` reads, leaving out the branches that run only where `guard` holds."""
+    names = _Names(guard)
+    stmt.visit(names)
+    return names.reads
+
+
+class _Fit(cst.CSTTransformer):
+    """Lays out again the statements (and comment lines above them) that no longer fit."""
+
+    def __init__(self, style, column: int, unit: int) -> None:
+        self.style = style
+        self.column = column
+        self.unit = unit
+        self.depth = 0
+
+    def _comments(self, lines, width: int) -> list:
+        out = []
+        for line in lines:
+            comment = line.comment.value if line.comment is not None else None
+            room = self.style.line_length - width
+            if comment is None or len(comment) <= room or " " not in comment[2:room]:
+                out.append(line)
+                continue
+            at = comment.rindex(" ", 2, room)  # a comment too long for its new depth: two lines
+            out.append(line.with_changes(comment=cst.Comment(comment[:at])))
+            out.append(line.with_changes(comment=cst.Comment("# " + comment[at + 1:])))
+        return out
+
+    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> bool:  # noqa: N802 - libcst's visitor names
+        self.depth += 1
+        return True
+
+    def leave_IndentedBlock(self, original, updated):  # noqa: N802
+        self.depth -= 1
         return updated
+
+    def leave_SimpleStatementLine(self, original, updated):  # noqa: N802
+        width = self.column + self.depth * self.unit
+        updated = updated.with_changes(leading_lines=self._comments(updated.leading_lines, width))
+        text = cst.Module([]).code_for_node(updated.with_changes(leading_lines=[]))
+        if max(len(line) for line in text.splitlines()) + width <= self.style.line_length:
+            return updated
+        formatted = self.style.format_statement(text, width)
+        if max(len(line) for line in formatted.splitlines()) + width > self.style.line_length:
+            # still too long: only a string literal can be; split it and lay out again
+            try:
+                split = split_long_strings(cst.parse_statement(formatted))
+                formatted = self.style.format_statement(cst.Module([]).code_for_node(split), width)
+            except cst.ParserSyntaxError:
+                pass
+        if formatted == text:
+            return updated
+        try:
+            return cst.parse_statement(formatted).with_changes(leading_lines=updated.leading_lines)
+        except cst.ParserSyntaxError:
+            return updated
 
 
 def _python_name(ssa: str) -> str:
@@ -149,45 +506,72 @@ def _python_name(ssa: str) -> str:
 
 
 class Synthesizer:
-    def __init__(self, text: str, lines: tuple[int, int] | None = None) -> None:
-        self.text = text
-        self.lines = text.splitlines(keepends=True)
-        self.module = cst.parse_module(text)
-        self.wrapper = MetadataWrapper(self.module, unsafe_skip_copy=True)
-        self.index = _Index(lines)
-        self.wrapper.visit(self.index)
+    """One libcst parse of a region of a file. `offset` is what to add to a line of the region to
+    get the file's line; `lines` are the file's lines (findings' positions are the file's)."""
+
+    def __init__(self, region_text: str, lines: list[str], offset: int = 0, context: FileContext | None = None) -> None:
+        self.lines = lines
+        self.offset = offset
+        self.context = context or FileContext()
+        self.module = cst.parse_module(region_text)
+        try:
+            self.index = StatementIndex(self.module, region_text)
+        except AlignmentError as exc:
+            raise SynthesisError(f"the function could not be indexed for rewriting: {exc}") from exc
+        self.positions = _ById(self.index.ranges)
+        self.indent_unit = self._indent_unit()
+
+    def _indent_unit(self) -> str:
+        """The file's own indentation step, for the blocks synthesis creates."""
+        for node, _ in self.index.statements:
+            body = getattr(node, "body", None)
+            if isinstance(node, cst.FunctionDef) and isinstance(body, cst.IndentedBlock):
+                return body.indent if body.indent is not None else self.module.default_indent
+        return self.module.default_indent
 
     # -- locating -----------------------------------------------------------------------------
 
-    def char_range(self, pos: Pos) -> tuple[int, int, int, int]:
+    def _file_range(self, pos: Pos) -> tuple[int, int, int, int]:
         line_text = self.lines[pos.line - 1] if pos.line - 1 < len(self.lines) else ""
         end_text = self.lines[pos.end_line - 1] if pos.end_line - 1 < len(self.lines) else ""
         return pos.line, _char_col(line_text, pos.col), pos.end_line, _char_col(end_text, pos.end_col)
 
+    def char_range(self, pos: Pos) -> tuple[int, int, int, int]:
+        """`pos` in the region's lines and character columns."""
+        line, col, end_line, end_col = self._file_range(pos)
+        return line - self.offset, col, end_line - self.offset, end_col
+
     def expression_at(self, pos: Pos) -> cst.BaseExpression:
         line, col, end_line, end_col = self.char_range(pos)
+        located = self.statement_at(pos)
         best: _Located | None = None
-        for item in self.index.expressions:
-            if _contains(item.range, line, col, end_line, end_col):
-                if best is None or _size(item.range) < _size(best.range):
-                    best = item
+        for node, where in expressions_in(located.node, located.range):  # type: ignore[arg-type]
+            if _contains(where, line, col, end_line, end_col):
+                if best is None or _size(where) < _size(best.range):
+                    best = _Located(node, where)
         if best is None:
             raise SynthesisError(f"no expression at line {pos.line}")
+        node = best.node
+        if isinstance(node, cst.BaseExpression) and node.lpar:  # ast's range leaves its parentheses out
+            node = node.with_changes(lpar=[], rpar=[])
+        found = " ".join(cst.Module([]).code_for_node(node).split())
+        if found != " ".join(self.source(pos).split()):  # the columns of an unusual layout: refuse
+            raise SynthesisError(f"the expression at line {pos.line} could not be located exactly")
         return best.node  # type: ignore[return-value]
 
     def statement_at(self, pos: Pos) -> _Located:
         line, col, end_line, end_col = self.char_range(pos)
         best: _Located | None = None
-        for item in self.index.statements:
-            if isinstance(item.node, cst.SimpleStatementLine) and _contains(item.range, line, col, end_line, end_col):
-                if best is None or _size(item.range) < _size(best.range):
-                    best = item
+        for node, where in self.index.statements:
+            if isinstance(node, cst.SimpleStatementLine) and _contains(where, line, col, end_line, end_col):
+                if best is None or _size(where) < _size(best.range):
+                    best = _Located(node, where)
         if best is None:
             raise SynthesisError(f"no simple statement at line {pos.line}")
         return best
 
     def source(self, pos: Pos) -> str:
-        line, col, end_line, end_col = self.char_range(pos)
+        line, col, end_line, end_col = self._file_range(pos)
         if line == end_line:
             return self.lines[line - 1][col:end_col]
         parts = [self.lines[line - 1][col:], *self.lines[line:end_line - 1], self.lines[end_line - 1][:end_col]]
@@ -205,9 +589,31 @@ class Synthesizer:
                 return current, list(parent.body)
             current = parent
 
+    def enclosing_facts(self, node: cst.CSTNode) -> dict[str, bool]:
+        """The conditions known where `node` runs: the tests of the `if`s around it."""
+        facts: dict[str, bool] = {}
+        parents = self.index.parents
+        child, parent = node, parents.get(id(node))
+        while parent is not None and not isinstance(parent, (cst.FunctionDef, cst.Lambda)):
+            if isinstance(parent, cst.If) and child is not parent.test:
+                facts = known_when(parent.test, child is parent.body, facts)
+            elif isinstance(parent, cst.Else):
+                grand = parents.get(id(parent))
+                if isinstance(grand, cst.If):
+                    facts = known_when(grand.test, False, facts)
+                    child, parent = grand, parents.get(id(grand))
+                    continue
+            child, parent = parent, parents.get(id(parent))
+        return facts
+
+    def _footprint(self, node: cst.CSTNode) -> tuple[int, int]:
+        where = self.positions[node]
+        return where.start.line, where.end.line
+
     # -- the rewrite ----------------------------------------------------------------------------
 
-    def rewrite(self, finding: Finding) -> str:
+    def edit(self, finding: Finding) -> Edit:
+        """The edit that rewrites `finding`, computed against the parse (which it leaves as is)."""
         match = finding.match
         if match is None or not match.rule.rewrite:
             raise SynthesisError("the rule has no rewrite")
@@ -238,26 +644,58 @@ class Synthesizer:
         for located in others.values():
             self._check_removable(located, method_nodes, matched_ids, match)
 
+        template = self.context.localize(match.rule.rewrite)
         new_code = layout.result(match, render_template(
-            match.rule.rewrite, layout.lookup(match, lambda name: self.lookup(name, match, root_expr),
-                                              lambda operand: self.render(operand, match))))
+            template, layout.lookup(match, lambda name: self.lookup(name, match, root_expr),
+                                    lambda operand: self.render(operand, match))))
         try:
             new_expr = cst.parse_expression(new_code)
         except cst.ParserSyntaxError as exc:
             raise SynthesisError(f"the rule's template gives invalid Python: {new_code!r}") from exc
+        new_expr = _magic_comma(root_expr, tidy(new_expr))
         if not isinstance(new_expr, (cst.Call, cst.Name, cst.Attribute, cst.Subscript)):
             new_expr = new_expr.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
         self._check_names(match, root)
 
+        removable = list(others)
         for check in finding.checks:
-            others[self._raising_if(check)] = None  # type: ignore[assignment]
+            removable.append(self._raising_if(check))
+        guard = None
         if finding.status == "guarded":
-            return self._guarded(finding, root_stmt, root_expr, new_expr, list(others))
-        updated = self.wrapper.module.visit(_Rewriter({root_expr: new_expr}, set(others)))
-        return updated.code
+            guard = plain(cst.parse_expression(finding.guard_text or "False"))
+            known = evaluate(guard, self.enclosing_facts(root_stmt.node))
+            if known is True or evaluate(guard, {}) is True:
+                raise SynthesisError(f"the guard `{_key(guard)}` always holds here: the kernel would never run")
+            if known is False:
+                guard = None  # the original path can never be taken here: a plain rewrite
+        new_stmt = self._formatted(root_stmt, root_expr, new_expr, extra_indent=guard is not None)
+        code = cst.Module([]).code_for_node(new_expr)
+        if guard is not None:
+            return self._guarded(finding, guard, root_stmt, new_stmt, removable, code)
+        footprint = [self._footprint(n) for n in [root_stmt.node, *removable]]
+        return Edit({root_stmt.node: new_stmt}, set(removable), {}, footprint, code)
 
-    def _guarded(self, finding: Finding, root_stmt: _Located, root_expr: cst.BaseExpression,
-                 new_expr: cst.BaseExpression, removable: list[cst.CSTNode]) -> str:
+    def _formatted(self, root_stmt: _Located, root_expr: cst.BaseExpression, new_expr: cst.BaseExpression,
+                   extra_indent: bool) -> cst.CSTNode:
+        """The root statement with the new expression, laid out by the repository's formatter."""
+        replacer = _Rewriter({root_expr: new_expr}, set())
+        replacer.deep = True
+        stmt = root_stmt.node.visit(replacer)
+        assert isinstance(stmt, cst.SimpleStatementLine)
+        leading = stmt.leading_lines
+        text = cst.Module([]).code_for_node(stmt.with_changes(leading_lines=[]))
+        width = root_stmt.range.start.column + (len(self.indent_unit.expandtabs()) if extra_indent else 0)
+        formatted = self.context.style.format_statement(text, width)
+        if formatted == text:
+            return stmt
+        try:
+            parsed = cst.parse_statement(formatted)
+        except cst.ParserSyntaxError:
+            return stmt
+        return parsed.with_changes(leading_lines=leading)
+
+    def _guarded(self, finding: Finding, guard: cst.BaseExpression, root_stmt: _Located, new_stmt: cst.CSTNode,
+                 removable: list[cst.CSTNode], code: str) -> Edit:
         anchor, body = self.block_of(root_stmt.node)
         positions = {id(s): i for i, s in enumerate(body)}
         indices = [positions[id(anchor)]]
@@ -269,45 +707,153 @@ class Synthesizer:
         if last != positions[id(anchor)]:
             raise SynthesisError("an intermediate is computed after the rewritten value")
         run = body[first:last + 1]
-        rewriter = _Rewriter({root_expr: new_expr}, set(removable))
-        rewritten_run = rewriter._filter([s.visit(rewriter) for s in run])
-        # on the kernel's path the match's branch decisions hold: an `if` whose test the match
-        # needs false is dead there
-        dead_tests = {" ".join(text.split()) for cid, text in finding.match.cond_text.items()  # type: ignore[union-attr]
-                      if finding.match.conditions.get(cid) is False}  # type: ignore[union-attr]
-        kept = [s for s in rewritten_run if not isinstance(s, cst.RemovalSentinel)
-                and not (isinstance(s, cst.If) and s.orelse is None
-                         and " ".join(self.module.code_for_node(s.test).split()) in dead_tests)]
-        if kept and hasattr(kept[0], "leading_lines"):
-            kept[0] = kept[0].with_changes(leading_lines=[ln for ln in kept[0].leading_lines if ln.comment])
-        guard = cst.parse_expression(finding.guard_text or "False")
-        original_first = run[0]
-        blank = [ln for ln in getattr(original_first, "leading_lines", ()) if ln.comment is None]
-        clones = [s.deep_clone() for s in run]
-        if hasattr(clones[0], "leading_lines"):
-            clones[0] = clones[0].with_changes(leading_lines=[ln for ln in clones[0].leading_lines if ln.comment])
+        # on the kernel's path the guard is false and the match's branch decisions hold (an `if`
+        # whose test the match needs false is dead there); on the original path the guard is true
+        outer = self.enclosing_facts(anchor)
+        kernel_facts = known_when(guard, False, outer)
+        for cid, text in finding.match.cond_text.items():  # type: ignore[union-attr]
+            if finding.match.conditions.get(cid) is False:  # type: ignore[union-attr]
+                try:
+                    kernel_facts = known_when(cst.parse_expression(text), False, kernel_facts)
+                except cst.ParserSyntaxError:
+                    continue
+        original_facts = known_when(guard, True, outer)
+        hoisted, run_inside = self._hoistable(run, anchor, removable, kernel_facts, original_facts)
+        rewriter = _Rewriter({root_stmt.node: new_stmt}, set(removable), facts=kernel_facts)
+        column = self.positions[anchor].start.column
+        kept = self._branch(run_inside, rewriter)
+        if any(_decided_ifs(s, original_facts) for s in run_inside):
+            original = self._branch(list(run_inside), _Rewriter({}, set(), facts=original_facts))
+        else:  # nothing to fold: the original branch is the run itself (libcst nodes are immutable)
+            original = list(run_inside)
+            if hasattr(original[0], "leading_lines"):  # its blank lines go above the `if`
+                original[0] = original[0].with_changes(
+                    leading_lines=[ln for ln in original[0].leading_lines if ln.comment])
+        first_line, last_line = self.positions[run[0]].start.line, self.positions[run[-1]].end.line
+        widest = max(len(self.lines[i - 1 + self.offset].rstrip("\n").expandtabs())
+                     for i in range(first_line, last_line + 1))
+        if widest + len(self.indent_unit.expandtabs()) > self.context.style.line_length:
+            kept, original = self._fit(kept, column), self._fit(original, column)
+        if not kept or not original:
+            raise SynthesisError("a branch of the guarded rewrite would be empty")
+        first_stmt = run_inside[0]
+        blank = [ln for ln in getattr(first_stmt, "leading_lines", ()) if ln.comment is None]
         new_if = cst.If(
-            test=guard,
-            body=cst.IndentedBlock(body=clones),  # type: ignore[arg-type]
-            orelse=cst.Else(body=cst.IndentedBlock(body=kept or [cst.SimpleStatementLine([cst.Pass()])])),  # type: ignore[arg-type]
+            test=self._formatted_test(guard, column),
+            body=cst.IndentedBlock(body=original, indent=self.indent_unit),  # type: ignore[arg-type]
+            orelse=cst.Else(body=cst.IndentedBlock(body=kept, indent=self.indent_unit)),  # type: ignore[arg-type]
             leading_lines=blank,
         )
-        updated = self.wrapper.module.visit(_Splice(run[0], run[1:], new_if))
-        return updated.code
+        self._check_reads_after(anchor, body, run, original, kept, guard)
+        footprint = [(self._footprint(run[0])[0], self._footprint(run[-1])[1])]
+        replacement = cst.FlattenSentinel([*hoisted, new_if]) if hoisted else new_if
+        return Edit({}, set(), {run[0]: (replacement, run[1:])}, footprint, code)
+
+    def _hoistable(self, run: list, anchor: cst.CSTNode, removable: list, kernel_facts: dict[str, bool],
+                   original_facts: dict[str, bool]) -> tuple[list, list]:
+        """The statements of the run that both branches would hold alike and that depend on nothing
+        computed before them in the run (and that nothing before them reads or sets): they stay
+        above the `if`, once, where they were, instead of being copied into both branches."""
+        touched = {id(anchor)}
+        positions = {id(stmt): stmt for stmt in run}
+        for stmt in removable:
+            top = stmt if id(stmt) in positions else self._climb(stmt, {k: 0 for k in positions})
+            touched.add(id(top))
+        hoisted: list = []
+        inside: list = []
+        reads: set[str] = set()
+        writes: set[str] = set()
+        for stmt in run:
+            names = _Names()
+            stmt.visit(names)
+            stmt_writes = _assigned([stmt])
+            movable = (id(stmt) not in touched and not (names.reads & writes) and not (stmt_writes & (reads | writes))
+                       and not _decided_ifs(stmt, kernel_facts) and not _decided_ifs(stmt, original_facts)
+                       and not _has_effects_beyond(stmt))
+            if movable:
+                hoisted.append(stmt)
+            else:
+                inside.append(stmt)
+                reads |= names.reads
+                writes |= stmt_writes
+        if not inside or inside[-1] is not run[-1]:
+            return [], list(run)
+        return hoisted, inside
+
+    def _formatted_test(self, guard: cst.BaseExpression, column: int) -> cst.BaseExpression:
+        """The guard, laid out by the formatter when `if <guard>:` is longer than a line."""
+        text = "if " + cst.Module([]).code_for_node(guard) + ":"
+        if len(text) + column <= self.context.style.line_length:
+            return guard
+        formatted = self.context.style.format_statement(text + "\n    pass\n", column)
+        try:
+            parsed = cst.parse_statement(formatted)
+        except cst.ParserSyntaxError:
+            return guard
+        return parsed.test if isinstance(parsed, cst.If) else guard
+
+    def _fit(self, statements: list[cst.CSTNode], column: int) -> list[cst.CSTNode]:
+        """`statements`, now one block deeper than at `column`, with each line that no longer fits
+        the repository's line length laid out again by the formatter."""
+        fit = _Fit(self.context.style, column, len(self.indent_unit.expandtabs()))
+        block = cst.IndentedBlock(body=statements).visit(fit)  # type: ignore[arg-type]
+        return list(block.body) if isinstance(block, cst.IndentedBlock) else statements
+
+    @staticmethod
+    def _branch(run: list[cst.CSTNode], rewriter: _Rewriter) -> list[cst.CSTNode]:
+        """The statements of one branch of a guarded rewrite, pruned by what holds there."""
+        block = cst.IndentedBlock(body=run).visit(rewriter)  # type: ignore[arg-type]
+        statements = list(block.body) if isinstance(block, cst.IndentedBlock) else []
+        if statements and hasattr(statements[0], "leading_lines"):
+            statements[0] = statements[0].with_changes(leading_lines=[ln for ln in statements[0].leading_lines if ln.comment])
+        return statements
+
+    def _check_reads_after(self, anchor: cst.CSTNode, body: list, run: list, original: list, kept: list,
+                           guard: cst.BaseExpression) -> None:
+        """A name the original branch assigns and the kernel branch does not must not be read
+        after the `if` where the guard may be false: there it would be unassigned (or stale)."""
+        lost = _assigned(original) - _assigned(kept)
+        if not lost:
+            return
+        after = body[body.index(run[-1]) + 1:]
+        for stmt in after:
+            for name in sorted(_reads_outside(stmt, guard) & lost):
+                raise SynthesisError(f"`{name}` would be read after the rewrite where the kernel path "
+                                     "does not assign it")
+            lost -= _assigned([stmt])
+            if not lost or _exits_unless_guard(stmt, guard):
+                return
 
     def _raising_if(self, pos: Pos) -> cst.CSTNode:
         """The `if <test>: raise ...` statement whose test is at `pos`."""
         line, col, end_line, end_col = self.char_range(pos)
-        for item in self.index.statements:
-            node = item.node
-            if isinstance(node, cst.If) and node.orelse is None and _contains(item.range, line, col, end_line, end_col):
+        for node, where in self.index.statements:
+            if isinstance(node, cst.If) and node.orelse is None and _contains(where, line, col, end_line, end_col):
                 body = node.body.body if isinstance(node.body, cst.IndentedBlock) else ()
                 if body and all(isinstance(s, cst.SimpleStatementLine) and all(isinstance(x, cst.Raise) for x in s.body)
                                 for s in body):
-                    test_range = self.wrapper.resolve(PositionProvider)[node.test]
-                    if _contains(test_range, line, col, end_line, end_col):
+                    if _contains(self.positions[node.test], line, col, end_line, end_col):
                         return node
         raise SynthesisError(f"the shape check at line {pos.line} is not an `if ...: raise` statement")
+
+    def apply(self, edits: list[Edit]) -> str:
+        """The region's text with every edit made, in one pass."""
+        replace: dict = {}
+        remove: set = set()
+        splices: dict = {}
+        for e in edits:
+            replace.update(e.replace)
+            remove |= e.remove
+            splices.update(e.splices)
+        rewriter = _Rewriter(replace, remove, splices)
+        on_path: set[int] = {id(self.module)}
+        for target in [*replace, *remove, *splices]:
+            parent = self.index.parents.get(id(target))
+            while parent is not None and id(parent) not in on_path:
+                on_path.add(id(parent))
+                parent = self.index.parents.get(id(parent))
+        rewriter.on_path = on_path
+        return self.module.visit(rewriter).code
 
     def _climb(self, node: cst.CSTNode, positions: dict[int, int]) -> cst.CSTNode:
         parents = self.index.parents
@@ -365,7 +911,7 @@ class Synthesizer:
                 return None
             if name == "callee":
                 return self.module.code_for_node(root_expr.func)
-            return ", ".join(self.module.code_for_node(a).rstrip(", ").rstrip(",") for a in root_expr.args)
+            return ", ".join(_arg_text(a) for a in root_expr.args)
         operand = match.bindings.get(name)
         if operand is None:
             return None
@@ -395,42 +941,4 @@ class Synthesizer:
         raise SynthesisError(f"cannot render {operand!r}")
 
 
-def add_imports(text: str, imports: list[str]) -> str:
-    """Add each import statement unless the module already binds what it imports."""
-    if not imports:
-        return text
-    module = cst.parse_module(text)
-    import ast
-
-    tree = ast.parse(text)
-    bound: set[str] = set()
-    for stmt in tree.body:
-        if isinstance(stmt, ast.Import):
-            bound.update(a.asname or a.name.partition(".")[0] for a in stmt.names)
-            bound.update(a.name for a in stmt.names if not a.asname)
-        elif isinstance(stmt, ast.ImportFrom):
-            bound.update(a.asname or a.name for a in stmt.names)
-    missing = []
-    for line in imports:
-        parsed = ast.parse(line).body[0]
-        names = ([a.asname or a.name for a in parsed.names] if isinstance(parsed, (ast.Import, ast.ImportFrom)) else [])
-        if isinstance(parsed, ast.Import):
-            names = [a.asname or a.name for a in parsed.names]
-        if not all(n in bound for n in names):
-            missing.append(line)
-    if not missing:
-        return text
-    body = list(module.body)
-    insert_at = 0
-    for i, stmt in enumerate(body):
-        if isinstance(stmt, cst.SimpleStatementLine) and all(isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body):
-            insert_at = i + 1
-        elif i == 0 and isinstance(stmt, cst.SimpleStatementLine) and isinstance(stmt.body[0], cst.Expr) \
-                and isinstance(stmt.body[0].value, (cst.SimpleString, cst.ConcatenatedString)):
-            insert_at = 1  # after the module docstring
-    new = [cst.parse_statement(line) for line in missing]
-    body[insert_at:insert_at] = new
-    return module.with_changes(body=body).code
-
-
-__all__ = ["SynthesisError", "Synthesizer", "TemplateError", "add_imports"]
+__all__ = ["Edit", "SynthesisError", "Synthesizer", "TemplateError"]

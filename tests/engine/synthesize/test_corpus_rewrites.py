@@ -61,3 +61,23 @@ def test_second_scan_rewrites_nothing(rewritten, rules):
         findings, again = scan_source(new, rules, path.name, module)
         assert again == new, f"{path.parent.name}: a second scan rewrote its own output"
         assert not [f for f in findings if f.status in ("rewritten", "guarded")], path.parent.name
+
+
+def test_corpus_rewrites_are_mergeable(rewritten):
+    """No new ruff finding (E501 at the length the file keeps to, F401, F841), no new dead branch
+    or repeated guard, in any rewritten file of the corpus."""
+    from engine.synthesize.mergeable import check
+    from engine.synthesize.style import Style
+
+    problems = []
+    for path, old, _, new in rewritten:
+        if new != old:
+            verdict = check(old, new, Style().for_text(old).line_length)
+            problems += [f"{path.parent.name}/{path.name}: {p}" for p in verdict.problems()]
+    assert not problems, "\n".join(problems[:20])
+
+
+def test_no_finding_is_refused_for_an_invalid_template(rewritten):
+    bad = [f"{p.parent.name}: {f.reason}" for p, _, findings, _ in rewritten for f in findings
+           if f.reason and "invalid Python" in f.reason]
+    assert not bad, "\n".join(bad[:10])

@@ -1,0 +1,141 @@
+"""The mergeability check (engine/synthesize/mergeable.py) catches what a maintainer would reject,
+and every rule example's rewrite passes it."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.scan import scan_source
+from engine.synthesize.mergeable import check
+from engine.synthesize.style import Style
+from tests.engine.rules.test_rule_examples import RULES
+
+ORIGINAL = """import math
+import torch
+
+
+def f(x, flag):
+    y = torch.relu(x)
+    return y * math.pi
+"""
+
+
+def test_clean_rewrite_passes():
+    assert check(ORIGINAL, ORIGINAL.replace("torch.relu(x)", "torch.nn.functional.relu(x)")).ok
+
+
+def test_new_unused_import_is_found():
+    verdict = check(ORIGINAL, ORIGINAL.replace("return y * math.pi", "return y"))
+    assert verdict.new_lint == ["F401: import math"]
+
+
+def test_long_line_counts_at_the_given_length_only():
+    long = ORIGINAL.replace("torch.relu(x)", "torch.relu(" + " + ".join(["x"] * 24) + ")")
+    assert check(ORIGINAL, long, line_length=80).new_lint[0].startswith("E501")
+    assert check(ORIGINAL, long, line_length=120).ok
+
+
+def test_unused_local_is_found():
+    verdict = check(ORIGINAL, ORIGINAL.replace("    return y * math.pi", "    z = 1\n    return y * math.pi"))
+    assert verdict.new_lint == ["F841: z = 1"]
+
+
+def test_dead_and_repeated_guards_are_found():
+    guarded = ORIGINAL.replace("    y = torch.relu(x)\n", "    if flag:\n        if flag:\n            y = torch.relu(x)\n"
+                               "    else:\n        pass\n    if True:\n        y = x\n")
+    verdict = check(ORIGINAL, guarded)
+    assert verdict.repeated_guards == ["if flag: inside if flag:"]
+    assert verdict.dead_branches == ["if True:", "if flag: ... else: pass"]
+
+
+def test_what_the_original_had_is_not_counted():
+    messy = "import os\nif True:\n    pass\n"
+    assert check(messy, messy + "x = 1\n").ok
+
+
+def test_broken_code_does_not_compile():
+    assert not check(ORIGINAL, ORIGINAL + "def (:\n").compiles
+
+
+def _fires_examples():
+    for rule in RULES:
+        for number, example in enumerate(e for e in rule.examples if e.kind == "fires"):
+            if not rule.detect_only:
+                yield pytest.param(rule, example, id=f"{rule.id}-{number + 1}")
+
+
+@pytest.mark.parametrize(("rule", "example"), list(_fires_examples()))
+def test_every_rule_example_rewrite_is_mergeable(rule, example):
+    _, new_text = scan_source(example.code, [rule], path="example.py", module="example")
+    # the line length the synthesizer wrote to (no configuration here: the one the example keeps to)
+    verdict = check(example.code, new_text, Style().for_text(example.code).line_length)
+    assert verdict.ok, verdict.problems()
+
+
+def test_a_file_without_configuration_is_held_to_the_length_it_keeps_to():
+    assert Style().for_text("x = 1\n" * 50).line_length == 88
+    assert Style().for_text(("y = " + "a" * 110 + "\n") * 50).line_length == 119
+    configured = Style(100, "double", "pyproject.toml")
+    assert configured.for_text(("y = " + "a" * 110 + "\n") * 50) is configured
+
+
+def test_repository_configuration_sets_the_line_length(tmp_path):
+    from engine.synthesize.style import find_style
+
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "pyproject.toml").write_text('[tool.ruff]\nline-length = 100\n[tool.ruff.format]\nquote-style = "single"\n')
+    (tmp_path / "pkg").mkdir()
+    style = find_style(tmp_path / "pkg")
+    assert (style.line_length, style.quote_style) == (100, "single")
+    (tmp_path / "pyproject.toml").write_text("[tool.black]\nline-length = 119\nskip-string-normalization = true\n")
+    assert (find_style(tmp_path / "pkg").line_length, find_style(tmp_path).quote_style) == (119, "preserve")
+    (tmp_path / "pyproject.toml").unlink()
+    (tmp_path / "setup.cfg").write_text("[flake8]\nmax-line-length = 79\n")
+    assert find_style(tmp_path / "pkg").line_length == 79
+    (tmp_path / "setup.cfg").unlink()
+    assert find_style(tmp_path / "pkg").source is None
+
+
+def test_a_long_message_is_split_where_it_means_the_same():
+    import libcst as cst
+
+    from engine.synthesize.strings import split_long_strings
+
+    stmt = cst.parse_statement('raise ValueError(f"Attention mask should be of size {(b, 1)}, but is {m.size()}")\n')
+    split = cst.Module([]).code_for_node(split_long_strings(stmt))
+    assert split != cst.Module([]).code_for_node(stmt)
+    names = {"b": 2, "m": type("M", (), {"size": lambda self: (3,)})(), "ValueError": ValueError}
+    original = eval(cst.Module([]).code_for_node(stmt.body[0].exc), names)  # noqa: S307 - our own literal
+    again = eval(cst.Module([]).code_for_node(split_long_strings(stmt).body[0].exc), names)  # noqa: S307
+    assert str(original) == str(again) == "Attention mask should be of size (2, 1), but is (3,)"
+
+
+def test_a_long_part_of_a_message_already_in_parts_is_split_too():
+    import libcst as cst
+
+    from engine.synthesize.strings import split_long_strings
+
+    stmt = cst.parse_statement('x = ("a first part that is long enough to split " "and a second one")\n')
+    split = split_long_strings(stmt)
+    code = cst.Module([]).code_for_node(split)
+    assert code.count('"') == 6
+    assert eval(code.split("=", 1)[1]) == "a first part that is long enough to split and a second one"  # noqa: S307
+
+
+
+def test_guard_facts_fold_and_negate_plainly():
+    import libcst as cst
+
+    from engine.synthesize.rewrite import evaluate, known_when, negate, plain
+
+    def code(node):
+        return cst.Module([]).code_for_node(node)
+
+    guard = cst.parse_expression("head_mask is not None or output_attentions")
+    kernel = known_when(guard, False)  # on the kernel's path both disjuncts are false
+    assert evaluate(cst.parse_expression("output_attentions"), kernel) is False
+    assert evaluate(cst.parse_expression("head_mask is None"), kernel) is True
+    assert evaluate(cst.parse_expression("not output_attentions and x"), kernel) is None
+    assert evaluate(cst.parse_expression("True"), {}) is True
+    assert code(plain(cst.parse_expression("not (mask is not None)"))) == "mask is None"
+    assert code(negate(cst.parse_expression("a or b"))) == "not (a or b)"
