@@ -207,8 +207,6 @@ def _bwrap_command(command: list[str], *, cwd: Path, writable: list[Path], reada
     for path in _ETC_FILES:
         if os.path.exists(path):
             mounts.add("--ro-bind", path)
-    for path in _python_dirs():
-        mounts.add("--ro-bind", path)
     mounts.special("--proc", "/proc")
     mounts.special("--dev", "/dev")
     if cuda:  # the GPU's device nodes and what its driver reads; nothing else of /sys
@@ -217,6 +215,10 @@ def _bwrap_command(command: list[str], *, cwd: Path, writable: list[Path], reada
         mounts.add("--ro-bind-try", "/sys", "/sys")
     mounts.args += ["--perms", "1777", "--size", str(1024**3)]  # a private /tmp anyone inside may use
     mounts.special("--tmpfs", "/tmp")
+    # after the private /tmp: a Python environment that lives under /tmp (a CI checkout's venv) is
+    # bound on top of it instead of being hidden by it
+    for path in _python_dirs():
+        mounts.add("--ro-bind", path)
     for path in readable:
         mounts.add("--ro-bind-try", str(path))
     for path in writable:

@@ -365,3 +365,26 @@ def test_a_build_whose_process_keeps_dying_fails_its_scan_after_the_retry_limit(
     killed = (stack.pause_dir / "killed.log").read_text().split()
     assert len(killed) == 4 and len(set(killed)) == 4
     assert stack.runner.process.poll() is None and stack.worker.process.poll() is None
+
+
+def test_a_yaml_bomb_fails_its_scan_and_nothing_else(stack, installed):
+    """A 551-byte alias bomb in .adopter.yml ends that scan `failed: invalid configuration` with one
+    line of reason; the control worker lives on, and the next push (the bomb removed) scans as usual."""
+    from tests.engine.test_config import ALIAS_BOMB
+
+    config = stack.fake.file_at(REPO, "refs/heads/main", ".adopter.yml")
+    old = stack.fake.ref_sha(stack.fake.repos[REPO], "refs/heads/main")
+    bombed = stack.fake.commit_files(REPO, {".adopter.yml": ALIAS_BOMB.decode()}, "A hostile config")
+    response = stack.send("push", stack.push(old, bombed))
+    assert response.status_code == 202, response.text
+    [scan_id] = stack.scans_of_delivery(response.json()["delivery"])
+    scan = stack.scan_done(scan_id)
+    assert scan["state"] == "failed"
+    assert scan["reason"].startswith("invalid configuration: .adopter.yml: ") and "\n" not in scan["reason"]
+    assert stack.worker.process.poll() is None and stack.runner.process.poll() is None
+
+    fixed = stack.fake.commit_files(REPO, {".adopter.yml": config + "\n"}, "Restore the config")
+    response = stack.send("push", stack.push(bombed, fixed))
+    [scan_id] = stack.scans_of_delivery(response.json()["delivery"])
+    scan = stack.scan_done(scan_id, timeout=600)  # the model changed in an earlier test: built again
+    assert scan["state"] == "done", scan["reason"]
