@@ -119,9 +119,11 @@ def torch_contract(root: Path | str) -> TorchContract | None:
 
 
 def project_root(start: Path) -> Path:
-    """The repository root above `start`: the nearest folder with .git or packaging metadata."""
+    """The repository root above `start`: the nearest folder with .git or packaging metadata (a
+    research repository's `requirements.txt` counts: it is where that project states its torch)."""
     here = start.resolve()
     for folder in [here, *here.parents] if here.is_dir() else list(here.parents):
-        if (folder / ".git").exists() or any((folder / n).is_file() for n in ("pyproject.toml", "setup.py", "setup.cfg")):
+        if (folder / ".git").exists() or any((folder / n).is_file() for n in ("pyproject.toml", "setup.py", "setup.cfg")) \
+                or any(folder.glob("requirements*.txt")):
             return folder
     return here if here.is_dir() else here.parent

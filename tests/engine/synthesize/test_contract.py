@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from engine.scan import scan_path
-from engine.synthesize.contract import torch_contract
+from engine.synthesize.contract import project_root, torch_contract
 
 MODEL = '''import torch
 
@@ -58,3 +58,15 @@ def test_a_new_enough_floor_rewrites_and_says_what_it_needs(tmp_path):
 def test_no_packaging_files_means_no_contract(tmp_path):
     (tmp_path / ".git").mkdir()
     assert torch_contract(tmp_path) is None
+
+
+def test_a_folder_with_its_own_requirements_is_its_own_project(tmp_path):
+    # an example inside a larger repository states its own torch; the repository's floor is not its
+    outer = _project(tmp_path, "pyproject.toml", '[project]\nname = "x"\ndependencies = ["torch>=2.1"]\n')
+    inner = outer / "examples" / "demo"
+    inner.mkdir(parents=True)
+    (inner / "train.py").write_text((outer / "train.py").read_text())
+    (inner / "requirements.txt").write_text("torch>=2.4\n")
+    assert project_root(inner) == inner.resolve()
+    assert "fused=" in scan_path(inner).files["train.py"]
+    assert not scan_path(outer / "train.py").files  # the outer project's floor still holds there
