@@ -83,13 +83,17 @@ class Imports:
     def qualify(self, expr: ast.expr) -> str | None:
         """The qualified name of a Name/Attribute chain (`nn.functional.softmax` ->
         `torch.nn.functional.softmax`), or None when the expression is not such a chain."""
-        attrs: list[str] = []
-        while isinstance(expr, ast.Attribute):
-            attrs.append(expr.attr)
-            expr = expr.value
-        if not isinstance(expr, ast.Name):
-            return None
-        head = self.names.get(expr.id, expr.id)
-        if attrs:
-            return head + "." + ".".join(reversed(attrs))
-        return head
+        return qualify_chain(expr, self.names)
+
+
+def qualify_chain(expr: ast.expr, names: dict[str, str]) -> str | None:
+    """The qualified name of a Name/Attribute chain, its head looked up in `names` (local name ->
+    qualified name; unknown heads stand for themselves); None for any other expression."""
+    attrs: list[str] = []
+    while isinstance(expr, ast.Attribute):
+        attrs.append(expr.attr)
+        expr = expr.value
+    if not isinstance(expr, ast.Name):
+        return None
+    head = names.get(expr.id, expr.id)
+    return head + "." + ".".join(reversed(attrs)) if attrs else head

@@ -18,6 +18,7 @@ import re
 import subprocess
 from collections.abc import Callable
 
+from engine.extract.imports import qualify_chain
 from engine.synthesize.style import _ruff_binary
 
 # torch.nn modules without parameters or buffers: dropping one leaves the state_dict as it was
@@ -87,16 +88,6 @@ def _outside(where: dict[str, set[int]], name: str, skip: set[int]) -> bool:
     return bool(where.get(name, set()) - skip)
 
 
-def _qualified(func: ast.expr, local_to_qualified: dict[str, str]) -> str | None:
-    parts: list[str] = []
-    while isinstance(func, ast.Attribute):
-        parts.append(func.attr)
-        func = func.value
-    if not isinstance(func, ast.Name):
-        return None
-    return ".".join([local_to_qualified.get(func.id, func.id), *reversed(parts)])
-
-
 def _module_builds(tree: ast.Module, aliases: dict[str, str]) -> list[tuple[str, ast.stmt]]:
     """(attribute, statement) for each `self.<attribute> = <parameter-free module>(...)` directly in
     an `__init__` body of more than one statement."""
@@ -113,7 +104,7 @@ def _module_builds(tree: ast.Module, aliases: dict[str, str]) -> list[tuple[str,
                     target = stmt.targets[0]
                     if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) \
                             and target.value.id == "self" \
-                            and _qualified(stmt.value.func, local_to_qualified) in PARAMETER_FREE:
+                            and qualify_chain(stmt.value.func, local_to_qualified) in PARAMETER_FREE:
                         found.append((target.attr, stmt))
     return found
 
