@@ -38,7 +38,7 @@ def decide(verification: Verification | None, bench: Benchmark | None, min_gain:
     speed = bench.speedup_ci95[0] - 1.0 if ok and bench.speedup_ci95 is not None else None
     memory = bench.memory_ci95[0] if ok and bench.memory_ci95 is not None else None
     if verification is None or not verification.passed:
-        return GainDecision(False, threshold, speed, memory, "verification did not pass")
+        return GainDecision(False, threshold, speed, memory, _verification_failure(verification))
     if bench is None or not bench.ok:
         why = bench.message if bench is not None and bench.message else "no benchmark result"
         return GainDecision(False, threshold, speed, memory, f"the benchmark did not complete ({why})")
@@ -51,6 +51,19 @@ def decide(verification: Verification | None, bench: Benchmark | None, min_gain:
     return GainDecision(False, threshold, speed, memory,
                         f"neither step time ({_pct(speed)}) nor peak memory ({_pct(memory)}) improved by the minimum of "
                         f"{threshold:.0%} (lower bounds of the 95% intervals)")
+
+
+def _verification_failure(verification: Verification | None) -> str:
+    """"verification did not pass", with what failed first, so a scan's outcome says why."""
+    if verification is None:
+        return "verification did not pass (no verification result)"
+    failed = [row for row in ([verification.combined] if verification.combined else []) + verification.rows
+              if not row.passed]
+    if not failed:
+        return "verification did not pass"
+    row = failed[0]
+    why = row.message.strip().splitlines()[0][:300] if row.message.strip() else row.status
+    return f"verification did not pass ({row.name}: {why})"
 
 
 def _pct(value: float | None) -> str:

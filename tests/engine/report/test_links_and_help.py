@@ -89,3 +89,14 @@ def test_body_states_interval_and_verdict_in_words():
     assert "(stopped when the time budget was spent)" in noise
     slower = render_pr_body({"findings": SITES[:1], "verification": PASSED, "bench": _bench(0.8, 0.7, 0.9, "slower")})
     assert "Verdict: slower: **0.80x**" in slower
+
+
+def test_a_failed_verification_says_which_rewrite_failed_and_why():
+    failed = Verification.from_any({"per_rewrite": {
+        "sdpa-attention@model.py:12": {"status": "failed", "message": "max abs error 3.1e-02 over tolerance 1e-05\nmore"},
+        "gelu-tanh@model.py:30": {"status": "passed"}}, "accepted": []})
+    decision = decide(failed, Benchmark.from_any(_bench(1.5, 1.4, 1.6, "faster")))
+    assert not decision.open_pr
+    assert decision.reason == ("verification did not pass (sdpa-attention@model.py:12: "
+                               "max abs error 3.1e-02 over tolerance 1e-05)")
+    assert decide(None, None).reason == "verification did not pass (no verification result)"
