@@ -38,6 +38,7 @@ import signal
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -343,10 +344,37 @@ def _tail(path: Path, limit: int = 8000) -> str:
         return ""
 
 
+def _shared_folders() -> set[str]:
+    """Folders that other processes and users share: never writable to a child, never handed over."""
+    try:
+        here = os.getcwd()
+    except OSError:  # the parent's folder was removed
+        here = "/"
+    shared = {"/", tempfile.gettempdir(), os.path.expanduser("~"), here, *_python_dirs(), *_SYSTEM_DIRS,
+              "/etc", "/var", "/run", "/home", "/root", "/srv", "/opt", "/mnt", "/media", "/dev", "/proc", "/sys"}
+    return {os.path.realpath(path) for path in shared}
+
+
+def _check_private(paths: list[Path]) -> None:
+    """Refuse a writable folder that is, or holds, a shared one (``/tmp``, a home, the Python
+    environment): bound writable it would let repository code reach other processes' files, and
+    handing it over (``_hand_over``) would give all of them to nobody."""
+    shared = _shared_folders()
+    for path in paths:
+        real = os.path.realpath(path)
+        for folder in shared:
+            if real == folder or folder.startswith(real.rstrip("/") + "/"):
+                raise SandboxUnavailable(
+                    f"refusing to run repository code: {path} would be writable to it, and it "
+                    + ("is" if real == folder else f"holds {folder}") + ", a folder other processes share; "
+                    "give it a folder of its own (a new folder inside the temporary directory)")
+
+
 def _hand_over(paths: list[Path]) -> None:
     """Make the child's folders its own when it runs as nobody (the parent is root)."""
     if os.geteuid() != 0:
         return
+    _check_private(paths)
     for top in paths:
         if not top.exists():
             continue
@@ -397,6 +425,7 @@ def popen(
     works, why = sandbox_status()
     if works:
         rw = list(dict.fromkeys([Path(cwd), Path(home), *map(Path, writable)]))
+        _check_private(rw)
         _hand_over(rw)
         command = _bwrap_command([sys.executable, "-I", str(script), *args], cwd=Path(cwd), writable=rw,
                                  readable=[Path(script), *map(Path, readable)], limits=limits, cuda=cuda)

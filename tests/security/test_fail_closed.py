@@ -78,3 +78,31 @@ def test_a_scratch_folder_of_a_killed_process_is_swept(tmp_path):
     time.sleep(0.2)
     assert [str(p) for p in sweep_orphans(tmp_path)] == [folder]
     assert not os.path.exists(folder)
+
+
+def test_a_shared_folder_is_never_made_writable_nor_given_to_the_child(tmp_path, monkeypatch):
+    """The child's writable folders are its own: a caller that names the temporary directory, a
+    folder holding it, or the Python environment is refused before anything is bound or handed
+    over to nobody (a chown of all of /tmp broke every other process's temporary files once)."""
+    shared = tmp_path / "shared-tmp"
+    (shared / "other-tenant").mkdir(parents=True)
+    sentinel = shared / "other-tenant" / "file"
+    sentinel.write_text("theirs")
+    monkeypatch.setattr(sandbox.tempfile, "tempdir", str(shared))
+    script = tmp_path / "child.py"
+    script.write_text("open('made-here', 'w').write('ok')\n")
+    owner = sentinel.stat().st_uid
+    for cwd, writable in ((shared, []), (tmp_path, []), (shared / "mine", [shared]),
+                          (shared / "mine", [sys.prefix])):
+        (shared / "mine").mkdir(exist_ok=True)
+        with pytest.raises(sandbox.SandboxUnavailable, match="a folder other processes share"):
+            sandbox.popen(script, [], cwd=cwd, home=shared / "mine" / "home", limits=sandbox.Limits(),
+                          writable=writable)
+    assert sentinel.stat().st_uid == owner and shared.stat().st_uid == owner
+    assert not (shared / "made-here").exists() and not (tmp_path / "made-here").exists()
+    # a folder of its own inside the temporary directory is what a child gets
+    process, _ = sandbox.popen(script, [], cwd=shared / "mine", home=shared / "mine" / "home",
+                               limits=sandbox.Limits())
+    assert process.wait(timeout=60) == 0
+    assert (shared / "mine" / "made-here").read_text() == "ok"
+    assert sentinel.stat().st_uid == owner
