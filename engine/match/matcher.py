@@ -112,6 +112,8 @@ class Finding:
     related: list[Pos] = field(default_factory=list)  # call sites through which helpers were inlined
     guard_text: str | None = None  # Python condition under which the original code must run
     checks: list[Pos] = field(default_factory=list)  # shape validations of intermediates the rewrite removes
+    # unmatched nodes that only compute arguments the rewrite drops (`mask_value = -finfo(s.dtype).max`)
+    companions: list[Node] = field(default_factory=list, repr=False, compare=False)
     match: Match | None = field(default=None, repr=False, compare=False)
 
     def to_json(self) -> dict:

@@ -110,34 +110,45 @@ def _inside(inner: Pos | None, outer: Pos | None) -> bool:
 _DTYPE_TAKERS = {"torch.finfo", "torch.iinfo"}  # calls whose first argument is a dtype, not a tensor
 
 
-def _only_feeds_dropped_argument(use: Node, match: Match, ix: MethodIndex) -> bool:
-    """A dtype read of an intermediate, written inside a matched call, whose only purpose is an
-    argument of that call that the rewrite drops: `s.masked_fill(m, -torch.finfo(s.dtype).max)`,
-    `p.type(s.dtype)`. The rewrite replaces the whole call, so the read goes with it."""
+def _only_feeds_dropped_argument(use: Node, match: Match, ix: MethodIndex) -> list[Node] | None:
+    """A metadata read of an intermediate (its dtype, shape, device: not its values) whose only
+    purpose is an argument of a matched call that the rewrite drops: `s.masked_fill(m,
+    -torch.finfo(s.dtype).max)`, `p.type(s.dtype)`, or the same value computed in a statement of its
+    own (`mask_value = -torch.finfo(s.dtype).max`, then `s.masked_fill(m, mask_value)`). The rewrite
+    replaces the call, so the read goes with it. Returns the nodes of that computation that lie
+    outside every matched statement (synthesis removes their statements too), or None when the read
+    reaches anything else: another use of the value, the call's tensor itself, an argument the
+    rewrite keeps, a merge of branches."""
     if not _reads_metadata_only(use):
-        return False
-    holders = [n for n in match.nodes.values() if _inside(use.pos, n.pos) and n is not match.root]
-    if not holders:
-        return False
-    # the innermost call holding the read (`torch.finfo(s.dtype).min`: the finfo call, not `.min`)
-    holder = min(holders, key=lambda n: (n.pos.end_line - n.pos.line, n.pos.end_col - n.pos.col))  # type: ignore[union-attr]
+        return None
     rewrite = match.rule.rewrite or ""
-    frontier, chain = list(use.outputs), 0
+    matched = {id(n): n for n in match.nodes.values()}
+    frontier, slice_nodes, seen = [use], [], {id(use)}
     while frontier:
-        name = frontier.pop()
-        for user in ix.uses.get(name, ()):
-            if user is holder:
-                if user.op not in _DTYPE_TAKERS and any(isinstance(i, Var) and i.name == name for i in user.inputs[:1]):
-                    return False  # the call's tensor itself
-                bound = [v for v, b in match.bindings.items() if isinstance(b, Var) and b.name == name]
-                if not bound or any(f"${v}" in rewrite for v in bound):
-                    return False  # an argument the rewrite keeps
-                continue
-            chain += 1
-            if chain > 8 or user.kind != "op" or not _inside(user.pos, holder.pos):
-                return False
-            frontier.extend(user.outputs)
-    return True
+        node = frontier.pop()
+        slice_nodes.append(node)
+        if node.kind != "op" or not node.outputs or not any(ix.uses.get(name) for name in node.outputs):
+            return None  # a value leaving the method, or one computed for nothing (kept as written)
+        for name in node.outputs:
+            for user in ix.uses.get(name, ()):
+                if id(user) in matched:
+                    if user is match.root:
+                        return None
+                    if user.op not in _DTYPE_TAKERS and any(isinstance(i, Var) and i.name == name
+                                                            for i in user.inputs[:1]):
+                        return None  # the call's tensor itself
+                    bound = [v for v, b in match.bindings.items() if isinstance(b, Var) and b.name == name]
+                    if not bound or any(f"${v}" in rewrite for v in bound):
+                        return None  # an argument the rewrite keeps
+                    continue
+                if id(user) in seen:
+                    continue
+                seen.add(id(user))
+                if len(seen) > 8:
+                    return None
+                frontier.append(user)
+    holders = [n.pos for n in match.nodes.values() if n.pos is not None]
+    return [n for n in slice_nodes if not any(_inside(n.pos, h) for h in holders)]
 
 
 def _shape_check(use: Node, ix: MethodIndex):
@@ -206,8 +217,12 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding | N
                     continue
                 if rule.detect_only and _reads_metadata_only(use):
                     continue  # a shape or dtype read does not stop a detected location
-                if _only_feeds_dropped_argument(use, match, ix):
-                    continue  # `s.masked_fill(m, -torch.finfo(s.dtype).max)`: removed with the call
+                companions = _only_feeds_dropped_argument(use, match, ix)
+                if companions is not None:
+                    # `s.masked_fill(m, -torch.finfo(s.dtype).max)`: removed with the call, and a
+                    # statement of its own that computes that argument goes too
+                    finding.companions.extend(c for c in companions if c not in finding.companions)
+                    continue
                 check = _shape_check(use, ix)
                 if check is not None:
                     # `if attn_weights.size() != (...): raise ValueError(...)`: a validation of an

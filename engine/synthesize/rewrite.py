@@ -16,6 +16,7 @@ Comments and formatting outside the edited statements are untouched (libcst roun
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass
 
@@ -634,7 +635,9 @@ class Synthesizer:
         kept_nodes = {id(n) for key, n in match.nodes.items()
                       if key in named and n.outputs and not _TEMP.match(n.outputs[0])}
         others: dict[cst.CSTNode, _Located] = {}
-        for node in matched:
+        # a statement of its own that only computes an argument the rewrite drops goes with the match
+        removed_ids = matched_ids | {id(n) for n in finding.companions}
+        for node in [*matched, *finding.companions]:
             if node.pos is None or id(node) in kept_nodes:
                 continue
             located = self.statement_at(node.pos)
@@ -642,7 +645,7 @@ class Synthesizer:
                 others[located.node] = located
         method_nodes = [n for n in match.method.nodes if n.via == root.via and n.pos is not None]
         for located in others.values():
-            self._check_removable(located, method_nodes, matched_ids, match)
+            self._check_removable(located, method_nodes, removed_ids, match)
 
         template = self.context.localize(match.rule.rewrite)
         new_code = layout.result(match, render_template(
@@ -658,6 +661,7 @@ class Synthesizer:
         self._check_names(match, root)
 
         removable = list(others)
+        companions = [self.statement_at(n.pos).node for n in finding.companions if n.pos is not None]
         for check in finding.checks:
             removable.append(self._raising_if(check))
         guard = None
@@ -671,7 +675,7 @@ class Synthesizer:
         new_stmt = self._formatted(root_stmt, root_expr, new_expr, extra_indent=guard is not None)
         code = cst.Module([]).code_for_node(new_expr)
         if guard is not None:
-            return self._guarded(finding, guard, root_stmt, new_stmt, removable, code)
+            return self._guarded(finding, guard, root_stmt, new_stmt, removable, code, companions)
         footprint = [self._footprint(n) for n in [root_stmt.node, *removable]]
         return Edit({root_stmt.node: new_stmt}, set(removable), {}, footprint, code)
 
@@ -695,7 +699,7 @@ class Synthesizer:
         return parsed.with_changes(leading_lines=leading)
 
     def _guarded(self, finding: Finding, guard: cst.BaseExpression, root_stmt: _Located, new_stmt: cst.CSTNode,
-                 removable: list[cst.CSTNode], code: str) -> Edit:
+                 removable: list[cst.CSTNode], code: str, companions: list[cst.CSTNode] = ()) -> Edit:
         anchor, body = self.block_of(root_stmt.node)
         positions = {id(s): i for i, s in enumerate(body)}
         indices = [positions[id(anchor)]]
@@ -727,8 +731,8 @@ class Synthesizer:
         else:  # nothing to fold: the original branch is the run itself (libcst nodes are immutable)
             original = list(run_inside)
             if hasattr(original[0], "leading_lines"):  # its blank lines go above the `if`
-                original[0] = original[0].with_changes(
-                    leading_lines=[ln for ln in original[0].leading_lines if ln.comment])
+                original[0] = original[0].with_changes(leading_lines=_from_first_comment(original[0].leading_lines))
+        original = _without_unread(original, companions, body[body.index(run[-1]) + 1:])
         first_line, last_line = self.positions[run[0]].start.line, self.positions[run[-1]].end.line
         widest = max(len(self.lines[i - 1 + self.offset].rstrip("\n").expandtabs())
                      for i in range(first_line, last_line + 1))
@@ -737,7 +741,9 @@ class Synthesizer:
         if not kept or not original:
             raise SynthesisError("a branch of the guarded rewrite would be empty")
         first_stmt = run_inside[0]
-        blank = [ln for ln in getattr(first_stmt, "leading_lines", ()) if ln.comment is None]
+        # the blank lines above the run stay above the `if`; those between a comment and the
+        # statement it heads go into the branch with the comment (not doubled up above the `if`)
+        blank = list(itertools.takewhile(lambda ln: ln.comment is None, getattr(first_stmt, "leading_lines", ())))
         new_if = cst.If(
             test=self._formatted_test(guard, column),
             body=cst.IndentedBlock(body=original, indent=self.indent_unit),  # type: ignore[arg-type]
@@ -805,7 +811,7 @@ class Synthesizer:
         block = cst.IndentedBlock(body=run).visit(rewriter)  # type: ignore[arg-type]
         statements = list(block.body) if isinstance(block, cst.IndentedBlock) else []
         if statements and hasattr(statements[0], "leading_lines"):
-            statements[0] = statements[0].with_changes(leading_lines=[ln for ln in statements[0].leading_lines if ln.comment])
+            statements[0] = statements[0].with_changes(leading_lines=_from_first_comment(statements[0].leading_lines))
         return statements
 
     def _check_reads_after(self, anchor: cst.CSTNode, body: list, run: list, original: list, kept: list,
@@ -917,14 +923,45 @@ class Synthesizer:
             return None
         return self.render(operand, match)
 
+    def _read_where_matched(self, name: str, match: Match) -> str | None:
+        """The source text of the operand `name` of a matched node, when it still reads the same
+        values at the rewrite (no name in it is assigned again in between)."""
+        order = {id(n): i for i, n in enumerate(match.method.nodes)}
+        removed = {id(n) for n in match.matched_nodes}
+        root_index = order.get(id(match.root), len(match.method.nodes))
+        for node in match.matched_nodes:
+            if node.pos is None or node.via != match.root.via:
+                continue
+            index = next((i for i, x in enumerate(node.inputs) if isinstance(x, Var) and x.name == name), None)
+            if index is None:
+                continue
+            try:
+                part = _operand_expression(self.expression_at(node.pos), index, len(node.inputs))
+            except SynthesisError:
+                continue
+            if part is None:
+                continue
+            read = {n.value for n in _names_read(part)}
+            for later in match.method.nodes[order.get(id(node), 0) + 1:root_index]:
+                if id(later) not in removed and later.via == node.via and \
+                        any(_python_name(o) in read for o in later.outputs):
+                    raise SynthesisError(f"`{self.module.code_for_node(part)}` reads a name assigned again "
+                                         "before the rewrite")
+            text = self.module.code_for_node(part)
+            return text if text.isidentifier() else f"({' '.join(text.split())})"
+        return None
+
     def render(self, operand: Operand, match: Match) -> str:
         if isinstance(operand, Var):
             if _TEMP.match(operand.name):
                 producer = next((n for n in match.method.nodes if operand.name in n.outputs), None)
-                if producer is None or producer.pos is None:
-                    raise SynthesisError(f"cannot find the expression of {operand.name}")
-                if producer.kind == "phi":
-                    raise SynthesisError("a bound value is chosen by a conditional expression")
+                if producer is None or producer.pos is None or producer.kind == "phi":
+                    # a conditional expression's or an inlined helper's result has no expression of
+                    # its own: it is read as written where a matched node takes it
+                    text = self._read_where_matched(operand.name, match)
+                    if text is None:
+                        raise SynthesisError(f"cannot find the expression of {operand.name}")
+                    return text
                 text = self.source(producer.pos)
                 return text if text.isidentifier() else f"({' '.join(text.split())})"
             return _python_name(operand.name)
@@ -939,6 +976,66 @@ class Synthesizer:
                 return f"[{inner}]"
             return f"({inner},)" if len(operand.items) == 1 else f"({inner})"
         raise SynthesisError(f"cannot render {operand!r}")
+
+
+def _from_first_comment(lines) -> list:
+    """A statement's leading lines from its first comment on (the blank lines above it go above the
+    `if` that now holds it)."""
+    return list(itertools.dropwhile(lambda ln: ln.comment is None, lines))
+
+
+def _without_unread(statements: list, companions: list, after: list) -> list:
+    """The original branch without the statements that only computed an argument of a call the
+    branch no longer makes (`max_neg_value = ...` where folding the guard removed the masked fill)."""
+    out = list(statements)
+    for companion in companions:
+        bare = companion.with_changes(leading_lines=[]) if hasattr(companion, "leading_lines") else companion
+        for i, stmt in enumerate(out):
+            if not hasattr(stmt, "leading_lines") or not stmt.with_changes(leading_lines=[]).deep_equals(bare):
+                continue
+            reads: set[str] = set()
+            for other in [*out[:i], *out[i + 1:], *after]:
+                names = _Names()
+                other.visit(names)
+                reads |= names.reads
+            assigned = _assigned([stmt])
+            if assigned and not assigned & reads:
+                del out[i]
+            break
+    return out
+
+
+def _operand_expression(expr: cst.BaseExpression, index: int, count: int) -> cst.BaseExpression | None:
+    """The sub-expression of `expr` that is operand `index` of its node (of `count` operands)."""
+    if isinstance(expr, cst.BinaryOperation) and count == 2:
+        return (expr.left, expr.right)[index]
+    if isinstance(expr, cst.Call) and all(a.keyword is None and not a.star for a in expr.args):
+        args = [a.value for a in expr.args]
+        if isinstance(expr.func, cst.Attribute) and count == len(args) + 1:
+            return [expr.func.value, *args][index]
+        if count == len(args):
+            return args[index]
+    return None
+
+
+def _names_read(expr: cst.CSTNode) -> list[cst.Name]:
+    """The variables an expression reads (not attribute names, keywords or a lambda's own names)."""
+    found: list[cst.Name] = []
+
+    class Reads(cst.CSTVisitor):
+        def visit_Attribute(self, node: cst.Attribute) -> bool:
+            node.value.visit(self)
+            return False
+
+        def visit_Arg(self, node: cst.Arg) -> bool:
+            node.value.visit(self)
+            return False
+
+        def visit_Name(self, node: cst.Name) -> None:
+            found.append(node)
+
+    expr.visit(Reads())
+    return found
 
 
 __all__ = ["Edit", "SynthesisError", "Synthesizer", "TemplateError"]

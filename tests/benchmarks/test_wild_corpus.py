@@ -6,12 +6,15 @@ The figures below are a ratchet, a regression guard set to what today's engine r
 labels, not a goal (issue 10 asks for precision >= 0.98 and recall >= 0.95): on 2026-12-01 the
 default rules reached, with manual fallbacks beside a fused path reported as already-fused
 (engine/match/fused.py; before that the 19 `already-fused` rows were all false positives), the
-shape and layout facts (engine/analysis) and optimizers built in non-module classes
+shape and layout facts (engine/analysis), optimizers built in non-module classes, metadata reads
+of the scores that only feed a dropped fill (`-torch.finfo(sim.dtype).max`, also in a statement of
+its own) and additive biases with no expression of their own in the method (a helper's result, a
+conditional expression: timm LeViT, TinyViT)
 
-    all    TP 90  FP 0  FN 44   P 1.000  R 0.672
-    wild1  TP 71  FP 0  FN 28   P 1.000  R 0.717
-    wild2  TP 19  FP 0  FN 16   P 1.000  R 0.543
-    sdpa   TP 80  FP 0  FN 27   P 1.000  R 0.748
+    all    TP 100  FP 0  FN 34   P 1.000  R 0.746
+    wild1  TP 76   FP 0  FN 23   P 1.000  R 0.768
+    wild2  TP 24   FP 0  FN 11   P 1.000  R 0.686
+    sdpa   TP 90   FP 0  FN 17   P 1.000  R 0.841
 
 (first labelled, before any of that: P 0.800, R 0.567)
 
@@ -67,11 +70,11 @@ def _at_least(result: W.Score, tp: int, fp: int, fn: int, precision: float, reca
 def test_precision_and_recall_against_the_labels(scanned, labels):
     _, scans = scanned
     sites = [s for scan in scans for s in scan.sites]
-    _at_least(W.score(labels, sites), 90, 0, 44, 1.0, 0.67, "all")
-    _at_least(W.score(W.set_labels(labels, "wild1"), W.set_sites(sites, "wild1")), 71, 0, 28, 1.0, 0.71, "wild1")
-    _at_least(W.score(W.set_labels(labels, "wild2"), W.set_sites(sites, "wild2")), 19, 0, 16, 1.0, 0.54, "wild2")
+    _at_least(W.score(labels, sites), 100, 0, 34, 1.0, 0.74, "all")
+    _at_least(W.score(W.set_labels(labels, "wild1"), W.set_sites(sites, "wild1")), 76, 0, 23, 1.0, 0.76, "wild1")
+    _at_least(W.score(W.set_labels(labels, "wild2"), W.set_sites(sites, "wild2")), 24, 0, 11, 1.0, 0.68, "wild2")
     sdpa = W.score([lb for lb in labels if lb.rule == "sdpa-attention"], [s for s in sites if s.rule == "sdpa-attention"])
-    _at_least(sdpa, 80, 0, 27, 1.0, 0.74, "sdpa-attention")
+    _at_least(sdpa, 90, 0, 17, 1.0, 0.84, "sdpa-attention")
 
 
 def test_no_look_alike_is_rewritten(scanned, labels):

@@ -33,6 +33,9 @@ FORMS = {
     "finite fill -1e9 (mask == 0)": ("s = s.masked_fill(mask == 0, -1e9)", "keep_int"),
     "finite fill finfo.min": ("s = s.masked_fill(~mask, torch.finfo(q.dtype).min)", "keep_bool"),
     "finite fill -finfo.max": ("s = s.masked_fill(~mask, -torch.finfo(q.dtype).max)", "keep_bool"),
+    # the fill read from the scores' own dtype in a statement of its own (vit-pytorch, imagen)
+    "finite fill -finfo(s.dtype).max computed apart": (
+        "mask_value = -torch.finfo(s.dtype).max\n        s = s.masked_fill(~mask, mask_value)", "keep_bool"),
     "infinite fill -inf": ("s = s.masked_fill(mask, float('-inf'))", "drop_bool"),
     "infinite fill -math.inf": ("s = s.masked_fill(mask == 0, -math.inf)", "keep_int"),
     "additive float mask then finite fill": ("s = s + bias\n        s = s.masked_fill(mask == 0, -1e9)", "keep_int"),
@@ -128,6 +131,62 @@ def test_fully_masked_rows_agree(form, train):
                                    msg=lambda m, name=name: f"{form}: grad of {name} differs\n{m}\n{new}")
 
 
+BIAS_SOURCE = HEADER + '''
+class Attention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.biases = nn.Parameter(torch.randn(2, 5, 6, dtype=torch.float64))
+        self.cache = {{}}
+        self.ab = self.biases.detach() * 2
+
+    def get_attention_biases(self, device):
+        if self.training:
+            return self.biases
+        key = str(device)
+        if key not in self.cache:
+            self.cache[key] = self.biases * 1.5
+        return self.cache[key]
+
+    def forward(self, q, k, v):
+        s = q @ k.transpose(-2, -1) * 0.25 + {bias}
+        p = s.softmax(dim=-1)
+        return p @ v
+'''
+
+# an additive bias from a call or a conditional expression, which has no expression of its own in
+# `forward` (timm LeViT's cached `get_attention_biases()`, TinyViT's `... if self.training else self.ab`)
+BIASES = {
+    "helper with branches": "self.get_attention_biases(q.device)",
+    "conditional expression": "(self.biases if self.training else self.ab)",
+}
+
+
+@pytest.mark.parametrize("form", sorted(BIASES))
+@pytest.mark.parametrize("train", [False, True], ids=["eval", "train"])
+def test_additive_bias_from_a_call_becomes_the_float_mask(form, train):
+    source = BIAS_SOURCE.format(bias=BIASES[form])
+    new = _rewrite(source)
+    assert "scaled_dot_product_attention" in new and "attn_mask=" in new and BIASES[form].strip("()") in new, new
+    assert new.count(BIASES[form].strip("()")) == 1, new  # computed once, as in the original
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(3, 2, n, 8, generator=gen, dtype=torch.float64, requires_grad=True) for n in (5, 6, 6))
+    results = []
+    for text in (source, new):
+        torch.manual_seed(0)
+        module = _module(text)
+        module.train(train)
+        out = module(q, k, v)
+        # the learned biases get their gradient through the kernel's float mask as they did before
+        grads = torch.autograd.grad((out * out).sum(), (q, k, v, module.biases), allow_unused=True)
+        results.append((out.detach(), grads))
+    (want, want_grads), (got, got_grads) = results
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12, msg=lambda m: f"{form}: {m}\n{new}")
+    for a, b in zip(got_grads, want_grads, strict=True):
+        assert (a is None) == (b is None)
+        if a is not None:
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12, msg=lambda m: f"{form} grads: {m}\n{new}")
+
+
 def test_fixture_really_has_fully_masked_rows():
     """The probes above would say nothing if no row were fully masked."""
     keep = _masks("keep_bool")
@@ -147,3 +206,33 @@ def test_finite_fill_average_and_infinite_fill_nan_are_what_the_original_gives()
     infinite = _module(SOURCE.format(body="s = s.masked_fill(mask, float('-inf'))"))
     out, _ = _run(infinite, mask, False)
     assert out[1].isnan().all() and out[0, :, -2:].isnan().all() and not out[2].isnan().any()
+
+
+OPTIONAL_MASK_SOURCE = HEADER + '''
+class Attention(nn.Module):
+    def forward(self, q, k, v, mask=None, bias=None):
+        s = torch.matmul(q, k.transpose(-2, -1)) * 0.25
+
+        mask_value = -torch.finfo(s.dtype).max
+
+        if mask is not None:
+            s = s.masked_fill(~mask, mask_value)
+        p = F.softmax(s, dim=-1)
+        return torch.matmul(p, v)
+'''
+
+
+def test_a_fill_computed_apart_leaves_no_dead_statement_on_either_path():
+    """The fill `mask_value` is read only by the masked fill: the kernel path drops it with the fill,
+    and the path that runs without a mask, where folding `mask is not None` removed the fill, no
+    longer computes it either (a maintainer would not merge a value computed for nothing)."""
+    new = _rewrite(OPTIONAL_MASK_SOURCE)
+    assert "scaled_dot_product_attention" in new and "mask_value" not in new, new
+    mask = _masks("keep_bool")
+    for given in (mask, None):
+        expected, expected_grads = _run(_module(OPTIONAL_MASK_SOURCE), given, False)
+        got, got_grads = _run(_module(new), given, False)
+        torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-12, msg=lambda m: f"{m}\n{new}")
+        for name in ("q", "k", "v"):
+            if given is None or name == "v":  # q/k gradients on fully masked rows: see above
+                torch.testing.assert_close(got_grads[name], expected_grads[name], rtol=1e-10, atol=1e-12)
