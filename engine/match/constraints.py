@@ -266,8 +266,13 @@ CHECKS["row_max_over_key_axis"] = _row_max_over_key_axis
 
 def _stats_over_last_axis(match: Match, ix: MethodIndex) -> str | None:
     """The statistics of a norm (the mean bound as `$mu` or `$ms`, the variance as `$var`) are taken
-    over the last axis of their input: `dim=-1`, or d where the input provably has d + 1 axes. A
-    channels-first norm (statistics over dim 1 of a 4-D value) is not what the fused kernel computes."""
+    over one axis of their input. Over the last one (`dim=-1`, or d where the input provably has
+    d + 1 axes) the fused kernel computes them as they are. Over another constant axis d (a
+    channels-first norm, `dim=1` of NCHW) the kernel normalizes the input with that axis moved last
+    and the result is moved back: `$axis` and `$axis_end` are bound (d and d + 1), and the rule's
+    template applies the weight and bias outside the kernel with the code's own broadcasting, so no
+    fact about their shapes is needed."""
+    axes: set[int] = set()
     for key in ("mu", "ms", "var"):
         node = match.nodes.get(key)
         if node is None:
@@ -275,10 +280,28 @@ def _stats_over_last_axis(match: Match, ix: MethodIndex) -> str | None:
         dim = node.kwarg("dim")
         source = node.inputs[0] if node.inputs else None
         if ix.shapes.is_last(source, dim):
+            axes.add(-1)
             continue
+        d = _int_dim(dim)
         rank = ix.shapes.rank(source)
-        known = f" of a {rank}-D tensor" if rank is not None else ""
-        return f"the statistics are over dim={_dim_text(dim)}{known}, not provably the last dimension"
+        if d is None or (rank is not None and not -rank <= d < rank):
+            known = f" of a {rank}-D tensor" if rank is not None else ""
+            return f"the statistics are over dim={_dim_text(dim)}{known}, not one axis the kernel can normalize"
+        axes.add(d if d >= 0 or rank is None else d + rank)
+    if len(axes) > 1:
+        return "the mean and the variance are taken over different axes"
+    if axes and axes != {-1}:
+        d = axes.pop()
+        match.bindings["axis"], match.bindings["axis_end"] = Const(d), Const(d + 1)
+    return None
+
+
+def _int_dim(dim) -> int | None:
+    """The axis of `dim=d`, `dim=(d,)` or `dim=[d]` when it is one constant integer."""
+    if isinstance(dim, Const) and isinstance(dim.value, int) and not isinstance(dim.value, bool):
+        return dim.value
+    if isinstance(dim, Seq) and len(dim.items) == 1:
+        return _int_dim(dim.items[0])
     return None
 
 

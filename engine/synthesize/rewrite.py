@@ -656,7 +656,8 @@ class Synthesizer:
         except cst.ParserSyntaxError as exc:
             raise SynthesisError(f"the rule's template gives invalid Python: {new_code!r}") from exc
         new_expr = _magic_comma(root_expr, tidy(new_expr))
-        if not isinstance(new_expr, (cst.Call, cst.Name, cst.Attribute, cst.Subscript)):
+        if not isinstance(new_expr, (cst.Call, cst.Name, cst.Attribute, cst.Subscript)) \
+                and not _whole_value(root_stmt.node, root_expr):
             new_expr = new_expr.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
         self._check_names(match, root)
 
@@ -976,6 +977,16 @@ class Synthesizer:
                 return f"[{inner}]"
             return f"({inner},)" if len(operand.items) == 1 else f"({inner})"
         raise SynthesisError(f"cannot render {operand!r}")
+
+
+def _whole_value(stmt: cst.CSTNode, expr: cst.BaseExpression) -> bool:
+    """`expr` is all a `return` or an assignment's value holds (a new expression there needs no
+    parentheses of its own)."""
+    if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
+        return False
+    small = stmt.body[0]
+    value = small.value if isinstance(small, (cst.Return, cst.Assign, cst.AnnAssign)) else None
+    return value is not None and value.with_changes(lpar=[], rpar=[]).deep_equals(expr)
 
 
 def _from_first_comment(lines) -> list:
