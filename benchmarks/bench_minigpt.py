@@ -21,6 +21,16 @@ from engine.report import render_pr_body
 from engine.verify import Candidate, VerifyConfig, verify_candidates
 
 
+def _estimate(estimate, unit: str) -> str:
+    """A median with its 95% confidence interval, as the PR body quotes it."""
+    if estimate is None:
+        return "n/a"
+    if estimate.ci95 is None:
+        return f"{estimate.median:.2f}{unit} (too few rounds for an interval)"
+    low, high = estimate.ci95
+    return f"{estimate.median:.2f}{unit} (95% CI {low:.2f}{unit} to {high:.2f}{unit})"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
@@ -60,9 +70,11 @@ def main(argv: list[str] | None = None) -> int:
     ratios = sorted(result.pair_ratios)
     print(f"bench  {result.device} ({result.device_name}) {result.dtype} shape {result.shape} threads {result.threads}")
     print(f"       step time  {result.baseline_step_s * 1000:8.1f} ms -> {result.optimized_step_s * 1000:8.1f} ms"
-          f"   speedup {result.speedup:.2f}x (per-round {ratios[0]:.2f}x..{ratios[-1]:.2f}x)")
+          f"   speedup {_estimate(result.speedup, 'x')} (per-round {ratios[0]:.2f}x..{ratios[-1]:.2f}x, "
+          f"{len(ratios)} rounds)")
     print(f"       peak mem   {result.baseline_peak_bytes / 2**20:8.1f} MiB -> {result.optimized_peak_bytes / 2**20:8.1f} MiB"
-          f"   reduction {result.memory_reduction:.1%}  ({result.memory_metric})")
+          f"   reduction {'n/a' if result.memory_reduction is None else f'{result.memory_reduction:.1%}'}"
+          f"  ({result.memory_metric})")
     print(f"       versions   {result.versions}")
     if args.json:
         with open(args.json, "w") as handle:
