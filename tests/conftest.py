@@ -72,3 +72,19 @@ def redis_target():
     client = redis.Redis.from_url(REDIS_URL)
     for key in client.scan_iter(f"{prefix}*"):
         client.delete(key)
+
+
+@pytest.fixture
+def no_adopter_env(monkeypatch):
+    """The service's settings read from nothing but what the test sets: every ``ADOPTER_*``
+    variable removed, and the cached settings (control worker's and runner's) cleared around it."""
+    from app.settings import get_runner_settings, get_settings
+
+    for key in list(os.environ):
+        if key.startswith("ADOPTER_"):
+            monkeypatch.delenv(key)
+    get_settings.cache_clear()
+    get_runner_settings.cache_clear()
+    yield
+    get_settings.cache_clear()
+    get_runner_settings.cache_clear()

@@ -14,11 +14,10 @@ from pydantic import ValidationError
 
 from app.db.models import ScanState, utcnow
 from app.db.session import session_scope
-from app.settings import get_settings
 from worker.build_messages import RECORD_RESULTS, BuildReport
 from worker.celery_app import celery_app
 from worker.pipeline import BadReport, record_results_stage
-from worker.tasks import _end, _record_run, enqueue_stage, retry_delay
+from worker.tasks import _end, _record_run, enqueue_stage, retry_if_transient
 
 log = logging.getLogger(__name__)
 
@@ -44,10 +43,8 @@ def record_results(self: Task, report: dict) -> None:
         if scan_id is not None:
             _end(scan_id, ScanState.failed, f"verify_bench: invalid report from the runner: {exc}"[:2000])
     except Exception as exc:
-        delay = retry_delay(exc, self.request.retries)
-        if delay is not None and self.request.retries < get_settings().task_max_retries:
-            outcome = "retry"
-            raise self.retry(countdown=delay, exc=exc) from exc
+        outcome = "retry"
+        retry_if_transient(self, exc, f"scan {scan_id} record_results")
         outcome = "failed"
         log.exception("scan %s: results could not be recorded", scan_id)
         if scan_id is not None:

@@ -94,6 +94,15 @@ def retry_delay(exc: BaseException, attempt: int) -> float | None:
     return github_client.retry_delay(exc, attempt)
 
 
+def retry_if_transient(task: Task, exc: BaseException, what: str) -> None:
+    """Raise Celery's retry of ``task`` when ``exc`` is transient and retries are left (``what``
+    names the work in the log); return when the caller must fail it instead."""
+    delay = retry_delay(exc, task.request.retries)
+    if delay is not None and task.request.retries < get_settings().task_max_retries:
+        log.warning("%s: transient %s, retrying in %.0f s", what, exc, delay)
+        raise task.retry(countdown=delay, exc=exc) from exc
+
+
 def _record_run(task: str, scan_id: int | None, outcome: str, started, t0: float) -> None:
     try:
         with session_scope() as session:
@@ -142,11 +151,8 @@ def run_stage(task: Task, stage: str, scan_id: int) -> None:
         outcome = "failed"
         _end(scan_id, ScanState.failed, f"{stage}: time limit of {get_settings().task_soft_time_limit} s exceeded")
     except Exception as exc:
-        delay = retry_delay(exc, task.request.retries)
-        if delay is not None and task.request.retries < get_settings().task_max_retries:
-            outcome = "retry"
-            log.warning("scan %s %s: transient %s, retrying in %.0f s", scan_id, stage, exc, delay)
-            raise task.retry(countdown=delay, exc=exc) from exc
+        outcome = "retry"
+        retry_if_transient(task, exc, f"scan {scan_id} {stage}")
         outcome = "failed"
         log.exception("scan %s failed in %s", scan_id, stage)
         _end(scan_id, ScanState.failed, f"{stage}: {type(exc).__name__}: {exc}"[:2000])
@@ -197,10 +203,8 @@ def handle_delivery(self: Task, delivery_id: str) -> None:
         for scan_id in scan_ids:
             enqueue_stage("clone", scan_id)
     except Exception as exc:
-        delay = retry_delay(exc, self.request.retries)
-        if delay is not None and self.request.retries < get_settings().task_max_retries:
-            outcome = "retry"
-            raise self.retry(countdown=delay, exc=exc) from exc
+        outcome = "retry"
+        retry_if_transient(self, exc, f"delivery {delivery_id}")
         outcome = "failed"
         log.exception("delivery %s could not be handled", delivery_id)
         with session_scope() as session:

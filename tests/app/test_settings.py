@@ -4,17 +4,7 @@ import pytest
 
 from app.settings import Settings, SettingsError, get_settings
 
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch):
-    import os
-
-    for key in list(os.environ):
-        if key.startswith("ADOPTER_"):
-            monkeypatch.delenv(key)
-    get_settings.cache_clear()
-    yield
-    get_settings.cache_clear()
+pytestmark = pytest.mark.usefixtures("no_adopter_env")
 
 
 def test_production_without_secrets_stops_with_the_names_to_set(monkeypatch):

@@ -12,19 +12,7 @@ from pydantic import ValidationError
 from app.settings import SettingsError, get_runner_settings, get_settings, secrets_in_environment
 from worker.build_messages import BuildJob, BuildReport, BuildResult, ChangeJob, ticket
 
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch):
-    import os
-
-    for key in list(os.environ):
-        if key.startswith("ADOPTER_"):
-            monkeypatch.delenv(key)
-    get_settings.cache_clear()
-    get_runner_settings.cache_clear()
-    yield
-    get_settings.cache_clear()
-    get_runner_settings.cache_clear()
+pytestmark = pytest.mark.usefixtures("no_adopter_env")
 
 
 def test_a_runner_starts_without_any_secret_where_the_control_worker_cannot(monkeypatch):
