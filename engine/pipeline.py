@@ -304,6 +304,14 @@ def _kernels(rule) -> tuple[str, ...]:
     return (rule.kernel,) if rule is not None and getattr(rule, "kernel", None) else ()
 
 
+def _memory_interval(bench: dict) -> str:
+    """The saving's 95% interval over rounds, in words; nothing for a single measurement per side."""
+    ci = (bench.get("memory") or {}).get("ci95")
+    if not ci or ci[0] == ci[1]:
+        return ""
+    return f", 95% CI {ci[0]:+.1%} to {ci[1]:+.1%}"
+
+
 def summary_lines(outcome: dict) -> list[str]:
     """A few lines for the terminal."""
     lines: list[str] = []
@@ -324,7 +332,8 @@ def summary_lines(outcome: dict) -> list[str]:
             mem = ""
             if b.get("baseline_peak_bytes") is not None and b.get("optimized_peak_bytes") is not None:
                 mem = (f"; peak memory {b['baseline_peak_bytes'] / 2**20:.1f} -> {b['optimized_peak_bytes'] / 2**20:.1f} MiB"
-                       + (f" ({b['memory_reduction']:+.1%} saved)" if b.get("memory_reduction") is not None else ""))
+                       + (f" ({b['memory_reduction']:+.1%} saved{_memory_interval(b)})"
+                          if b.get("memory_reduction") is not None else ""))
             speed = b["speedup"] or {}
             ci = speed.get("ci95")
             interval = f", 95% CI {ci[0]:.2f}x-{ci[1]:.2f}x" if ci else ", not bounded"

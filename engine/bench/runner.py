@@ -17,8 +17,11 @@ below it, or across it. Step times are the medians over rounds.
 
 Peak memory: ``torch.cuda.max_memory_allocated`` on CUDA; on CPU the peak resident set of the side's
 process minus its resident set before the model was built (the torch import is the same on both
-sides and would only dilute the difference). It is one measurement per side (a peak over the whole
-run, which further rounds cannot change), so its interval is that single value.
+sides and would only dilute the difference). Each side starts a new peak before every round (CUDA's
+allocator statistics; on Linux the high-water mark of the resident set, reset through
+/proc/self/clear_refs) and reports the round's own, so the saving is a median over rounds with the
+same distribution-free 95% interval as the speedup; the peaks reported are the medians. Where a peak
+cannot be reset it is one measurement per side over the whole run, and its interval is that value.
 """
 
 from __future__ import annotations
@@ -91,7 +94,9 @@ class BenchResult:
     baseline_peak_bytes: int | None = None
     optimized_peak_bytes: int | None = None
     memory_reduction: float | None = None  # 1 - optimized / baseline (> 0: less memory)
-    memory: Estimate | None = None  # the same fraction as an estimate (one measurement per side)
+    memory: Estimate | None = None  # the same fraction: median over rounds and its 95% CI
+    baseline_peaks_bytes: list[int] = field(default_factory=list)  # each round's peak (where resettable)
+    optimized_peaks_bytes: list[int] = field(default_factory=list)
     versions: dict = field(default_factory=dict)
     network_isolated: bool | None = None
     duration_s: float = 0.0
@@ -192,9 +197,13 @@ def _start(name: str, side: str, tree, target: Target, shape: dict, config: Benc
     return _Worker(name, process, stderr_path, deadline), isolated
 
 
-def _timed(worker: _Worker, steps: int) -> float:
-    times = worker.request("steps", op="steps", n=steps)["times"]
-    return statistics.median(times)
+def _timed(worker: _Worker, steps: int, cuda: bool) -> tuple[float, int | None]:
+    """The round's median step time, and its peak memory (None where the child cannot reset it)."""
+    reply = worker.request("steps", op="steps", n=steps, peak=True)
+    peak = reply.get("peak_bytes")
+    if peak is not None and not cuda:
+        peak = max(0, peak - reply.get("base_bytes", 0))
+    return statistics.median(reply["times"]), peak
 
 
 def bench(original_root: Path, rewritten: dict[str, str] | Path, target: Target | None = None, *,
@@ -245,15 +254,19 @@ def bench(original_root: Path, rewritten: dict[str, str] | Path, target: Target 
         if config.warmup:
             baseline.request("steps", op="steps", n=config.warmup)
             optimized.request("steps", op="steps", n=config.warmup)
+        cuda = config.device.startswith("cuda")
+        round_peaks: list[tuple[int | None, int | None]] = []
         rounds_started = time.monotonic()
         # Never let the budget run into the whole benchmark's time limit: that would lose every round.
         budget_s = min(config.budget_s, 0.9 * max(0.0, deadline - rounds_started))
         while True:
             order = (baseline, optimized) if len(result.pair_ratios) % 2 == 0 else (optimized, baseline)
-            times = {worker.name: _timed(worker, config.steps_per_repeat) for worker in order}
+            rounds = {worker.name: _timed(worker, config.steps_per_repeat, cuda) for worker in order}
+            times = {name: time_s for name, (time_s, _) in rounds.items()}
             result.baseline_times_s.append(times["original"])
             result.optimized_times_s.append(times["rewritten"])
             result.pair_ratios.append(times["original"] / times["rewritten"])
+            round_peaks.append((rounds["original"][1], rounds["rewritten"][1]))
             result.stopped = stop_reason(result.pair_ratios, time.monotonic() - rounds_started,
                                          min_rounds=config.repeats, max_rounds=config.max_repeats,
                                          budget_s=budget_s, tolerance=config.ci_tolerance) or ""
@@ -266,17 +279,23 @@ def bench(original_root: Path, rewritten: dict[str, str] | Path, target: Target 
         result.optimized_step_s = statistics.median(result.optimized_times_s)
         result.speedup = median_interval(result.pair_ratios)
         result.verdict = verdict(result.speedup)
-        memory = [worker.request("memory", op="memory") for worker in (baseline, optimized)]
-        if config.device.startswith("cuda"):
-            result.memory_metric = "torch.cuda.max_memory_allocated"
-            peaks = [m["peak_bytes"] for m in memory]
-        else:
-            result.memory_metric = "peak RSS of the side's process minus its RSS before building the model"
-            peaks = [max(0, m["peak_bytes"] - m["base_bytes"]) for m in memory]
-        result.baseline_peak_bytes, result.optimized_peak_bytes = peaks
-        if peaks[0]:
-            result.memory_reduction = 1.0 - peaks[1] / peaks[0]
-            result.memory = Estimate(result.memory_reduction, (result.memory_reduction, result.memory_reduction), 1)
+        result.memory_metric = ("torch.cuda.max_memory_allocated" if cuda else
+                                "peak RSS of the side's process minus its RSS before building the model")
+        if round_peaks and all(b and o is not None for b, o in round_peaks):
+            # each round's peak on both sides: the saving's median and interval over rounds
+            result.baseline_peaks_bytes = [b for b, _ in round_peaks]  # type: ignore[misc]
+            result.optimized_peaks_bytes = [o for _, o in round_peaks]  # type: ignore[misc]
+            result.memory = median_interval([1.0 - o / b for b, o in round_peaks])  # type: ignore[operator]
+            result.memory_reduction = result.memory.median
+            result.baseline_peak_bytes = int(statistics.median(result.baseline_peaks_bytes))
+            result.optimized_peak_bytes = int(statistics.median(result.optimized_peaks_bytes))
+        else:  # one peak per side over the whole run: a saving without an interval
+            memory = [worker.request("memory", op="memory") for worker in (baseline, optimized)]
+            peaks = [m["peak_bytes"] if cuda else max(0, m["peak_bytes"] - m["base_bytes"]) for m in memory]
+            result.baseline_peak_bytes, result.optimized_peak_bytes = peaks
+            if peaks[0]:
+                result.memory_reduction = 1.0 - peaks[1] / peaks[0]
+                result.memory = Estimate(result.memory_reduction, (result.memory_reduction, result.memory_reduction), 1)
     except _WorkerError as exc:
         result.status, result.message = exc.status, str(exc)
     except SandboxUnavailable as exc:

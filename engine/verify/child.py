@@ -544,6 +544,33 @@ def _rss_bytes() -> int:
         return 0
 
 
+def _reset_peak(cuda: bool) -> bool:
+    """Start a new peak: CUDA's allocator statistics, or on Linux the process's high-water mark of
+    resident memory (VmHWM; writing 5 to /proc/self/clear_refs sets it to the current RSS)."""
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+        return True
+    try:
+        with open("/proc/self/clear_refs", "w") as handle:
+            handle.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _peak_since_reset(cuda: bool) -> int | None:
+    if cuda:
+        return int(torch.cuda.max_memory_allocated())
+    try:
+        with open("/proc/self/status") as handle:
+            for line in handle:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def _device_name(device: str) -> str:
     if device.startswith("cuda"):
         return torch.cuda.get_device_name(0)
@@ -623,7 +650,13 @@ def serve_bench(job: dict, channel) -> None:
         request = json.loads(line)
         try:
             if request["op"] == "steps":
-                reply({"status": "ok", "times": [step() for _ in range(int(request["n"]))]})
+                # each round's own peak, so that memory gets an interval over rounds like time does
+                resettable = bool(request.get("peak")) and _reset_peak(cuda)
+                message: dict = {"status": "ok", "times": [step() for _ in range(int(request["n"]))]}
+                peak = _peak_since_reset(cuda) if resettable else None
+                if peak is not None:
+                    message.update(peak_bytes=peak, base_bytes=0 if cuda else rss_start)
+                reply(message)
             elif request["op"] == "memory":
                 if cuda:
                     reply({"status": "ok", "peak_bytes": torch.cuda.max_memory_allocated(), "base_bytes": 0})

@@ -185,7 +185,10 @@ def bench_message(raw: bytes, expect: str) -> dict:
         times = data.get("times")
         if not isinstance(times, list) or not times or len(times) > 100_000:
             raise MalformedMessage("the step times are malformed")
-        return {"status": "ok", "times": [float(_number(t, "a step time", positive=True)) for t in times]}
+        steps = {"status": "ok", "times": [float(_number(t, "a step time", positive=True)) for t in times]}
+        if "peak_bytes" in data:  # the round's own peak (a child that could reset it)
+            steps.update({key: int(_number(data.get(key, 0), key, integer=True)) for key in ("peak_bytes", "base_bytes")})
+        return steps
     if expect == "memory":
         return {"status": "ok", **{key: int(_number(data.get(key, 0), key, integer=True))
                                    for key in ("peak_bytes", "base_bytes", "ready_bytes")}}
