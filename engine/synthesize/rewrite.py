@@ -677,8 +677,25 @@ class Synthesizer:
         code = cst.Module([]).code_for_node(new_expr)
         if guard is not None:
             return self._guarded(finding, guard, root_stmt, new_stmt, removable, code, companions)
+        new_stmt = self._keep_separation(root_stmt.node, new_stmt, removable)
         footprint = [self._footprint(n) for n in [root_stmt.node, *removable]]
         return Edit({root_stmt.node: new_stmt}, set(removable), {}, footprint, code)
+
+    def _keep_separation(self, root: cst.CSTNode, new_stmt: cst.CSTNode, removable: list[cst.CSTNode]) -> cst.CSTNode:
+        """The blank line that set the removed statements off from the code above them stays: the
+        new statement takes it when it comes first in its block of what the edit touches."""
+        if not hasattr(new_stmt, "leading_lines") or any(ln.comment is None for ln in new_stmt.leading_lines):
+            return new_stmt
+        anchor, body = self.block_of(root)
+        positions = {id(stmt): i for i, stmt in enumerate(body)}
+        earlier = [stmt for stmt in removable if positions.get(id(stmt), len(body)) < positions[id(anchor)]]
+        if not earlier:
+            return new_stmt
+        first = min(earlier, key=lambda stmt: positions[id(stmt)])
+        lines = getattr(first, "leading_lines", ())
+        if not lines or lines[0].comment is not None:
+            return new_stmt
+        return new_stmt.with_changes(leading_lines=[cst.EmptyLine(indent=False), *new_stmt.leading_lines])
 
     def _formatted(self, root_stmt: _Located, root_expr: cst.BaseExpression, new_expr: cst.BaseExpression,
                    extra_indent: bool) -> cst.CSTNode:

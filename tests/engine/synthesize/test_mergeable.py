@@ -139,3 +139,28 @@ def test_guard_facts_fold_and_negate_plainly():
     assert evaluate(cst.parse_expression("True"), {}) is True
     assert code(plain(cst.parse_expression("not (mask is not None)"))) == "mask is None"
     assert code(negate(cst.parse_expression("a or b"))) == "not (a or b)"
+
+
+SPACED = """import torch
+import torch.nn.functional as F
+
+
+class Attention(torch.nn.Module):
+    def forward(self, x, q, k, v):
+        q = q.permute(0, 2, 1, 3)
+        k = k.permute(0, 2, 1, 3)
+{gap}        s = q @ k.transpose(-2, -1) * 0.125
+        p = s.softmax(dim=-1)
+        return p @ v
+"""
+
+
+@pytest.mark.parametrize("gap", ["\n", "", "\n        # attention\n"], ids=["blank", "none", "comment"])
+def test_the_blank_line_above_the_removed_statements_stays(gap):
+    """A rewrite that removes the first statements of a paragraph keeps the paragraph's blank line
+    (and adds none where there was none); a comment that headed the removed code goes with it."""
+    source = SPACED.format(gap=gap)
+    _, new = scan_source(source, RULES, "case.py", "case")
+    assert "scaled_dot_product_attention" in new, new
+    above = new.split("k = k.permute(0, 2, 1, 3)\n", 1)[1].split("return", 1)[0]
+    assert above == ("\n" if gap else "") + "        ", repr(above)
