@@ -108,8 +108,11 @@ def _summary(report: Report, applied: list[Finding]) -> list[str]:
              f"({', '.join(f'`{r}`' for r in rules) or 'no rules'})."]
     b = report.bench
     if b is not None and b.ok and b.speedup is not None:
-        memory = (f", {b.memory_reduction:.1%} less peak memory" if b.memory_reduction and b.memory_reduction > 0
-                  else "")
+        memory = ""
+        if b.memory_reduction and b.memory_reduction > 0:
+            ci = b.memory_ci95
+            bounded = f" (95% confidence interval {ci[0]:.1%} to {ci[1]:.1%})" if ci and ci[0] != ci[1] else ""
+            memory = f", {b.memory_reduction:.1%} less peak memory{bounded}"
         lines.append(f"Measured training step: {speed_in_words(b)}{memory} ({b.device or 'cpu'}, {b.dtype or 'float32'}).")
     return lines + [""]
 

@@ -72,6 +72,14 @@ def test_body_has_every_section():
     assert body.rstrip().endswith("<!-- adopter-identity: adopter/sdpa-gelu -->")
 
 
+def test_a_memory_saving_measured_per_round_states_its_interval():
+    per_round = dict(BENCH, memory={"median": 1 / 3, "ci95": [0.31, 0.35], "samples": 12})
+    body = _body(bench=per_round)
+    assert "33.3% less peak memory (95% confidence interval 31.0% to 35.0%)" in body
+    assert "| Peak memory | 900.0 MiB | 600.0 MiB | 1.50x less | +31.0% to +35.0% saved |" in body
+    assert "confidence interval 33.3%" not in _body()  # one measurement per side has no interval to state
+
+
 def test_gain_below_the_minimum_says_no_pull_request():
     slow = dict(BENCH, baseline_step_s=1.0, optimized_step_s=0.99, speedup=1.0101, memory_reduction=0.01, memory=None)
     body = _body(bench=slow)
