@@ -768,7 +768,10 @@ class Synthesizer:
             orelse=cst.Else(body=cst.IndentedBlock(body=kept, indent=self.indent_unit)),  # type: ignore[arg-type]
             leading_lines=blank,
         )
-        self._check_reads_after(anchor, body, run, original, kept, guard)
+        # what the original assigns where the kernel runs instead (its `if`s decided by the same
+        # facts): a name it assigns only on the guard's path is no loss on the kernel's
+        on_kernel_path = self._branch(list(run_inside), _Rewriter({}, set(), facts=kernel_facts))
+        self._check_reads_after(anchor, body, run, on_kernel_path, kept, guard)
         footprint = [(self._footprint(run[0])[0], self._footprint(run[-1])[1])]
         replacement = cst.FlattenSentinel([*hoisted, new_if]) if hoisted else new_if
         return Edit({}, set(), {run[0]: (replacement, run[1:])}, footprint, code)
@@ -834,8 +837,9 @@ class Synthesizer:
 
     def _check_reads_after(self, anchor: cst.CSTNode, body: list, run: list, original: list, kept: list,
                            guard: cst.BaseExpression) -> None:
-        """A name the original branch assigns and the kernel branch does not must not be read
-        after the `if` where the guard may be false: there it would be unassigned (or stale)."""
+        """A name the original code assigns where the kernel runs instead (`original`: the run
+        pruned by the kernel path's facts) and the kernel branch does not must not be read after
+        the `if` where the guard may be false: there it would be unassigned (or stale)."""
         lost = _assigned(original) - _assigned(kept)
         if not lost:
             return

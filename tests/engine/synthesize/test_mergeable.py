@@ -164,3 +164,38 @@ def test_the_blank_line_above_the_removed_statements_stays(gap):
     assert "scaled_dot_product_attention" in new, new
     above = new.split("k = k.permute(0, 2, 1, 3)\n", 1)[1].split("return", 1)[0]
     assert above == ("\n" if gap else "") + "        ", repr(above)
+
+
+GUARDED_STATE = """import torch
+
+
+class Attention(torch.nn.Module):
+    def forward(self, q, k, v, keep=None):
+        s = q @ k.transpose(-2, -1) * 0.125
+        p = s.softmax(dim=-1)
+        if keep is not None:
+            p, keep = p * keep, keep.sum()
+        out = p @ v
+        return out, keep
+"""
+
+
+def test_a_name_assigned_only_on_the_original_path_may_be_read_after_the_guarded_rewrite():
+    """`keep` is reassigned only when the original path runs (`keep is not None`); where the kernel
+    runs the original would not have assigned it either, so reading it after the `if` is sound."""
+    torch = pytest.importorskip("torch")
+    findings, new = scan_source(GUARDED_STATE, RULES, "case.py", "case")
+    assert [f.status for f in findings] == ["guarded"], [(f.status, f.reason) for f in findings]
+    assert "scaled_dot_product_attention" in new and new.rstrip().endswith("return out, keep"), new
+    q, k, v = (torch.randn(2, 3, 5, 8, dtype=torch.float64) for _ in range(3))
+    modules = []
+    for text in (GUARDED_STATE, new):
+        namespace: dict = {}
+        exec(compile(text, "<case>", "exec"), namespace)  # noqa: S102 - sources written in this file
+        modules.append(namespace["Attention"]())
+    for keep in (None, torch.rand(2, 3, 5, 5, dtype=torch.float64)):
+        (want, want_keep), (got, got_keep) = (m(q, k, v, keep) for m in modules)
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+        assert (got_keep is None) == (want_keep is None)
+        if want_keep is not None:
+            torch.testing.assert_close(got_keep, want_keep)
