@@ -1051,7 +1051,8 @@ def _operand_expression(expr: cst.BaseExpression, index: int, count: int) -> cst
 
 
 def _names_read(expr: cst.CSTNode) -> list[cst.Name]:
-    """The variables an expression reads (not attribute names, keywords or a lambda's own names)."""
+    """The variables an expression reads (not attribute or keyword names; conservatively, a
+    comprehension's or lambda's own names too)."""
     found: list[cst.Name] = []
 
     class Reads(cst.CSTVisitor):
