@@ -197,13 +197,16 @@ def _start(name: str, side: str, tree, target: Target, shape: dict, config: Benc
     return _Worker(name, process, stderr_path, deadline), isolated
 
 
+def _peak(reply: dict, cuda: bool) -> int | None:
+    """The peak a child reports, as the memory metric counts it (on CPU less its RSS before the build)."""
+    peak = reply.get("peak_bytes")
+    return peak if peak is None or cuda else max(0, peak - reply.get("base_bytes", 0))
+
+
 def _timed(worker: _Worker, steps: int, cuda: bool) -> tuple[float, int | None]:
     """The round's median step time, and its peak memory (None where the child cannot reset it)."""
     reply = worker.request("steps", op="steps", n=steps, peak=True)
-    peak = reply.get("peak_bytes")
-    if peak is not None and not cuda:
-        peak = max(0, peak - reply.get("base_bytes", 0))
-    return statistics.median(reply["times"]), peak
+    return statistics.median(reply["times"]), _peak(reply, cuda)
 
 
 def bench(original_root: Path, rewritten: dict[str, str] | Path, target: Target | None = None, *,
@@ -290,8 +293,7 @@ def bench(original_root: Path, rewritten: dict[str, str] | Path, target: Target 
             result.baseline_peak_bytes = int(statistics.median(result.baseline_peaks_bytes))
             result.optimized_peak_bytes = int(statistics.median(result.optimized_peaks_bytes))
         else:  # one peak per side over the whole run: a saving without an interval
-            memory = [worker.request("memory", op="memory") for worker in (baseline, optimized)]
-            peaks = [m["peak_bytes"] if cuda else max(0, m["peak_bytes"] - m["base_bytes"]) for m in memory]
+            peaks = [_peak(worker.request("memory", op="memory"), cuda) for worker in (baseline, optimized)]
             result.baseline_peak_bytes, result.optimized_peak_bytes = peaks
             if peaks[0]:
                 result.memory_reduction = 1.0 - peaks[1] / peaks[0]

@@ -371,10 +371,10 @@ def _check_private(paths: list[Path]) -> None:
 
 
 def _hand_over(paths: list[Path]) -> None:
-    """Make the child's folders its own when it runs as nobody (the parent is root)."""
+    """Make the child's folders its own when it runs as nobody (the parent is root). The caller has
+    checked that they are private (``_check_private``)."""
     if os.geteuid() != 0:
         return
-    _check_private(paths)
     for top in paths:
         if not top.exists():
             continue
