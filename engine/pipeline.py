@@ -306,8 +306,10 @@ def _kernels(rule) -> tuple[str, ...]:
 
 def _memory_interval(bench: dict) -> str:
     """The saving's 95% interval over rounds, in words; nothing for a single measurement per side."""
-    ci = (bench.get("memory") or {}).get("ci95")
-    if not ci or ci[0] == ci[1]:
+    from engine.report.findings import Benchmark
+
+    ci = Benchmark.from_any(bench).memory_interval
+    if ci is None:
         return ""
     return f", 95% CI {ci[0]:+.1%} to {ci[1]:+.1%}"
 

@@ -143,6 +143,14 @@ class Benchmark:
     threads: int | None = None
     versions: dict = field(default_factory=dict)
 
+    @property
+    def memory_interval(self) -> tuple[float, float] | None:
+        """The memory saving's 95% interval over the rounds of this run, when there is one. None
+        where memory was not measured, or was measured once per side: that "interval" is the point
+        itself and bounds nothing."""
+        ci = self.memory_ci95
+        return ci if ci is not None and ci[0] != ci[1] else None
+
     @classmethod
     def from_any(cls, obj: Any) -> Benchmark | None:
         """From a ``BenchResult`` (or its dict) or the worker's result record."""

@@ -80,6 +80,29 @@ def test_a_memory_saving_measured_per_round_states_its_interval():
     assert "confidence interval 33.3%" not in _body()  # one measurement per side has no interval to state
 
 
+def test_the_memory_interval_says_it_is_one_runs_and_runs_differ_by_more():
+    per_round = dict(BENCH, memory={"median": 1 / 3, "ci95": [0.31, 0.35], "samples": 12})
+    table = _body(bench=per_round).split("### Benchmark", 1)[1].split("Verdict:", 1)[0]
+    assert ("The peak-memory interval is over the rounds of this one run; between runs, peak memory can "
+            "differ by a few percentage points more.") in table
+    assert "between runs" not in _body()  # one measurement per side: no interval to qualify
+
+
+def test_one_decision_whether_the_memory_interval_is_real():
+    from engine.pipeline import summary_lines
+
+    per_round = dict(BENCH, memory={"median": 1 / 3, "ci95": [0.31, 0.35], "samples": 12})
+    assert Benchmark.from_any(per_round).memory_interval == (0.31, 0.35)
+    assert Benchmark.from_any(BENCH).memory_interval is None  # [1/3, 1/3]: one measurement per side
+    assert Benchmark.from_any(dict(BENCH, memory=None, memory_reduction=None, baseline_peak_bytes=None,
+                                   optimized_peak_bytes=None)).memory_interval is None
+    # the command line's summary reads the same answer
+    [line] = summary_lines({"benchmark": per_round})
+    assert "(+33.3% saved, 95% CI +31.0% to +35.0%)" in line
+    [line] = summary_lines({"benchmark": BENCH})
+    assert "(+33.3% saved)" in line
+
+
 def test_gain_below_the_minimum_says_no_pull_request():
     slow = dict(BENCH, baseline_step_s=1.0, optimized_step_s=0.99, speedup=1.0101, memory_reduction=0.01, memory=None)
     body = _body(bench=slow)
