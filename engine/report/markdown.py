@@ -301,7 +301,7 @@ def _config(report: Report) -> list[str]:
         return []
     text = json.dumps(report.config, indent=2, sort_keys=True, default=str)
     return ["### Configuration", "", "<details>",
-            f"<summary>The configuration this scan ran with (keys: {doc_url('harness.md', report.docs_url)})</summary>",
+            f"<summary>The configuration this scan ran with (keys: {doc_url('config.md#keys', report.docs_url)})</summary>",
             "", *_fence(text, "json"), "", "</details>", ""]
 
 

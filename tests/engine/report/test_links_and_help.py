@@ -9,7 +9,7 @@ import re
 import pytest
 
 from engine.report import Benchmark, Verification, decide, render_pr_body
-from engine.report.links import DEFAULT_DOCS_URL, docs_base_url, rule_help_url
+from engine.report.links import default_docs_url, docs_base_url, rule_help_url
 from engine.report.rule_help import RuleHelp, library_help
 
 PASSED = {"status": "passed", "max_abs_err": 1e-6, "max_rel_err": 1e-7, "cases": [{}]}
@@ -29,11 +29,11 @@ def test_every_link_is_absolute_under_one_setting(monkeypatch):
     body = render_pr_body({"findings": SITES})
     links = re.findall(r"\]\(([^)]+)\)", body)
     assert links and all(link.startswith("https://") for link in links), links
-    assert f"({DEFAULT_DOCS_URL}rules.md#paper/rule_1)" in body  # the anchor is the rule id (docs_gen writes it)
+    assert f"({default_docs_url()}rules.md#paper/rule_1)" in body  # the anchor is the rule id (docs_gen writes it)
     monkeypatch.setenv("ADOPTER_DOCS_URL", "https://docs.example.com/adopter")
     body = render_pr_body({"findings": SITES})
     assert "(https://docs.example.com/adopter/rules.md#sdpa-attention)" in body
-    assert DEFAULT_DOCS_URL not in body
+    assert default_docs_url() not in body
     with pytest.raises(ValueError, match="absolute URL"):
         docs_base_url("docs/")
 
