@@ -7,12 +7,17 @@ were reached. `properties.status` is the finding's status; near-misses carry `pr
 guarded rewrites `properties.guard`, findings suppressed by `# adopter: ignore` in the source SARIF's
 `suppressions`. `partialFingerprints` identify a finding across commits by rule, file and the
 matched source text (not its line numbers).
+
+Columns and fingerprints need the source files. `places` computes them where the files are (a
+scan's checkout) as plain data (`Place`); `to_sarif(..., places=...)` writes a log from them later,
+without the files (the App's publish step), equal to the one written beside the files.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from engine.dsl.ir import Pos
@@ -28,6 +33,37 @@ FINGERPRINT_KEY = "adopterMatchHash/v1"
 
 def tool_version() -> str:
     return adopter_version()
+
+
+@dataclass(frozen=True)
+class Region:
+    """A span of a file as SARIF states it: 1-based lines; 1-based columns in Unicode code points
+    (None: the line range only, where no node position was known)."""
+
+    path: str  # relative to the scanned root, `/`-separated
+    start_line: int
+    end_line: int
+    start_column: int | None = None
+    end_column: int | None = None
+
+    def to_dict(self) -> dict:
+        return {"path": self.path, "start_line": self.start_line, "start_column": self.start_column,
+                "end_line": self.end_line, "end_column": self.end_column}
+
+    @classmethod
+    def from_dict(cls, data: Mapping) -> Region:
+        return cls(path=str(data["path"]), start_line=int(data["start_line"]), end_line=int(data["end_line"]),
+                   start_column=data.get("start_column"), end_column=data.get("end_column"))
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a finding is, in SARIF's terms: its locations (the matched nodes, topmost first), related
+    locations (call sites of inlined helpers) and its `partialFingerprints` value."""
+
+    locations: tuple[Region, ...]
+    related: tuple[Region, ...]
+    fingerprint: str  # hash of rule, file and matched text; `:n` for the n-th equal one in the scan
 
 
 class _Sources:
@@ -119,15 +155,21 @@ def _message(finding: Finding) -> str:
     return text
 
 
-def _location(pos: Pos, sources: _Sources, base: Path, fallback_file: str) -> dict:
+def _region(pos: Pos, sources: _Sources, base: Path, fallback_file: str) -> Region:
     rel = _relative(pos.file or fallback_file, base)
-    region = {
-        "startLine": pos.line,
-        "startColumn": sources.column(rel, pos.line, pos.col),
-        "endLine": pos.end_line,
-        "endColumn": sources.column(rel, pos.end_line, pos.end_col),
-    }
-    return {"physicalLocation": {"artifactLocation": {"uri": rel, "uriBaseId": ROOT_BASE_ID}, "region": region}}
+    return Region(path=rel, start_line=pos.line, start_column=sources.column(rel, pos.line, pos.col),
+                  end_line=pos.end_line, end_column=sources.column(rel, pos.end_line, pos.end_col))
+
+
+def _location(region: Region) -> dict:
+    span: dict = {"startLine": region.start_line}
+    if region.start_column is not None:
+        span["startColumn"] = region.start_column
+    span["endLine"] = region.end_line
+    if region.end_column is not None:
+        span["endColumn"] = region.end_column
+    return {"physicalLocation": {"artifactLocation": {"uri": region.path, "uriBaseId": ROOT_BASE_ID},
+                                 "region": span}}
 
 
 def _distinct_positions(positions: Iterable[Pos]) -> list[Pos]:
@@ -143,43 +185,72 @@ def _fingerprint(finding: Finding, rel: str, positions: list[Pos], sources: _Sou
     return digest[:32]
 
 
+def _base(root: Path | str) -> Path:
+    root = Path(root)
+    return root.parent if root.is_file() or root.suffix == ".py" else root
+
+
+def _places(findings: Sequence[Finding], base: Path, reader: _Sources,
+            given: Sequence[Place | None] | None = None) -> list[Place]:
+    """Each finding's place: the one given, else computed from the sources `reader` has."""
+    out: list[Place] = []
+    seen: dict[str, int] = {}
+    for i, finding in enumerate(findings):
+        if given is not None and given[i] is not None:
+            out.append(given[i])
+            continue
+        rel = _relative(finding.file, base)
+        positions = _distinct_positions(finding.locations)
+        if positions:
+            locations = tuple(_region(p, reader, base, rel) for p in positions)
+        else:  # no node positions: the finding's line range
+            locations = (Region(path=rel, start_line=finding.line, end_line=finding.end_line),)
+        related = tuple(_region(p, reader, base, rel) for p in _distinct_positions(finding.related))
+        fingerprint = _fingerprint(finding, rel, positions, reader)
+        seen[fingerprint] = seen.get(fingerprint, 0) + 1  # identical code twice in a file: :1, :2
+        out.append(Place(locations=locations, related=related, fingerprint=f"{fingerprint}:{seen[fingerprint]}"))
+    return out
+
+
+def places(findings: Iterable[Finding], root: Path | str, *, sources: Mapping[str, str] | None = None) -> list[Place]:
+    """Each finding's `Place` (columns, fingerprint), read from the files under `root` (or `sources`),
+    in the order of `findings`: what `to_sarif` writes for them, as data to keep."""
+    base = _base(root)
+    return _places(list(findings), base, _Sources(base, sources))
+
+
 def to_sarif(findings: Iterable[Finding], rules: Iterable[Rule], root: Path | str, *,
-             sources: Mapping[str, str] | None = None, help_base: str | None = None) -> dict:
+             sources: Mapping[str, str] | None = None, help_base: str | None = None,
+             places: Sequence[Place | None] | None = None) -> dict:
     """The SARIF 2.1.0 log (a JSON-ready dict) of `findings` from a scan of `root` with `rules`.
 
     File paths in findings are relative to `root` (to its folder when `root` is a file), as
     `engine.scan.scan_path` reports them. `sources` (relative path -> text) supplies file texts
     instead of reading them under `root`; texts are used for code-point columns and fingerprints.
-    `help_base` is the documentation folder's absolute URL (default: `ADOPTER_DOCS_URL`, else the
-    published docs); each rule's `helpUri` is its section of `rules.md` there."""
-    root = Path(root)
-    base = root.parent if root.is_file() or root.suffix == ".py" else root
+    `places` (one per finding, None for one to compute) are positions and fingerprints computed
+    earlier by `places()`, where the files were. `help_base` is the documentation folder's absolute
+    URL (default: `ADOPTER_DOCS_URL`, else the published docs); each rule's `helpUri` is its section
+    of `rules.md` there."""
+    base = _base(root)
     reader = _Sources(base, sources)
+    finding_list = list(findings)
+    if places is not None and len(places) != len(finding_list):
+        raise ValueError(f"{len(places)} places for {len(finding_list)} findings")
     rule_list = list(rules)
     index = {rule.id: i for i, rule in enumerate(rule_list)}
     results = []
-    seen: dict[str, int] = {}
-    for finding in findings:
-        rel = _relative(finding.file, base)
-        positions = _distinct_positions(finding.locations)
-        if positions:
-            locations = [_location(p, reader, base, rel) for p in positions]
-        else:  # no node positions: the finding's line range
-            locations = [{"physicalLocation": {"artifactLocation": {"uri": rel, "uriBaseId": ROOT_BASE_ID},
-                                               "region": {"startLine": finding.line, "endLine": finding.end_line}}}]
+    for finding, place in zip(finding_list, _places(finding_list, base, reader, places), strict=True):
         properties: dict = {"status": finding.status, "class": finding.cls, "method": finding.method}
         if finding.status in ("near-miss", "already-fused"):
             properties["reason"] = finding.reason or ""
         if finding.guard_text is not None:
             properties["guard"] = finding.guard_text
-        fingerprint = _fingerprint(finding, rel, positions, reader)
-        seen[fingerprint] = seen.get(fingerprint, 0) + 1  # identical code twice in a file: :1, :2
         result: dict = {
             "ruleId": finding.rule_id,
             "level": "note" if finding.status in ("near-miss", "already-fused") else "warning",
             "message": {"text": _message(finding)},
-            "locations": locations,
-            "partialFingerprints": {FINGERPRINT_KEY: f"{fingerprint}:{seen[fingerprint]}"},
+            "locations": [_location(region) for region in place.locations],
+            "partialFingerprints": {FINGERPRINT_KEY: place.fingerprint},
             "properties": properties,
         }
         if finding.status == "suppressed":  # `# adopter: ignore[...]` in the source
@@ -187,12 +258,11 @@ def to_sarif(findings: Iterable[Finding], rules: Iterable[Rule], root: Path | st
             result["suppressions"] = [{"kind": "inSource", "justification": finding.reason or ""}]
         if finding.rule_id in index:
             result["ruleIndex"] = index[finding.rule_id]
-        related = _distinct_positions(finding.related)
-        if related:
+        if place.related:
             result["relatedLocations"] = [
-                {"id": number, **_location(p, reader, base, rel),
+                {"id": number, **_location(region),
                  "message": {"text": "call through which the matched helper code runs (inlined)"}}
-                for number, p in enumerate(related, 1)]
+                for number, region in enumerate(place.related, 1)]
         results.append(result)
     run: dict = {
         "tool": {"driver": {
