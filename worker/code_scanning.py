@@ -1,7 +1,8 @@
 """The scan's findings as SARIF in the repository's code scanning, where the installation grants it
 (``security_events: write``): GitHub shows them as alerts on the scanned commit and closes those a
-later upload no longer has. Part of the publish step (the process that holds the App key); an upload
-GitHub refuses is one line in the scan's outcome, never a failed scan.
+later upload no longer has. Part of the publish step (the process that holds the App key), which
+every completed scan of such an installation passes through, one with nothing to propose included
+(``worker.pipeline``); an upload GitHub refuses is one line in the scan's outcome, never a failed scan.
 """
 
 from __future__ import annotations
@@ -19,17 +20,22 @@ TOOL_NAME = "adopter"
 
 
 def sarif_log(scan: Scan) -> dict:
-    """SARIF 2.1.0 of the scan's stored findings (the engine's writer; positions are the findings'
-    line ranges, since the publish step has no checkout to read columns from)."""
+    """SARIF 2.1.0 of the scan's stored findings, by the engine's writer. Columns and fingerprints
+    are the ones the scan stage read from the checkout (``engine.sarif.Place``), so the log equals
+    the command line's; a finding stored without them (older scans) gets its line range."""
     from engine.match.matcher import Finding
-    from engine.sarif import to_sarif
+    from engine.sarif import Place, Region, to_sarif
     from engine.scan import select_rules
 
-    findings = [Finding(rule_id=f.rule_id, status=f.status, file=f.path, cls="", method="", line=f.line,
-                        end_line=f.end_line or f.line, message=f.message or f.rule_id, reason=f.reason)
+    findings = [Finding(rule_id=f.rule_id, status=f.status, file=f.path, cls=f.class_name or "",
+                        method=f.method_name or "", line=f.line, end_line=f.end_line or f.line,
+                        message=f.message or f.rule_id, reason=f.reason, guard_text=f.guard)
                 for f in scan.findings]
+    places = [Place(locations=tuple(Region.from_dict(r) for r in f.locations),
+                    related=tuple(Region.from_dict(r) for r in f.related_locations or ()), fingerprint=f.fingerprint)
+              if f.locations and f.fingerprint else None for f in scan.findings]
     # a relative root that does not exist here: paths stay relative to the repository root
-    return to_sarif(findings, select_rules("all"), "repository")
+    return to_sarif(findings, select_rules("all"), "repository", places=places)
 
 
 def grants_code_scanning(installation: Installation) -> bool:

@@ -7,7 +7,8 @@ a scan so that a worker can be killed in the middle of one. A stage the engine l
 the scan fails with that reason, nothing is invented in its place.
 
 The stages: ``engine.scan.scan_path`` (findings, rewritten files, diff), ``engine.verify.verify``,
-``engine.bench.bench``, ``engine.report.render_pr_body`` and ``engine.report.decide``.
+``engine.bench.bench``, ``engine.report.render_pr_body`` and ``engine.report.decide``; beside the
+scan, ``engine.sarif.places`` reads each finding's columns and fingerprint from the checkout.
 """
 
 from __future__ import annotations
@@ -49,6 +50,14 @@ class FindingRecord:
     status: str  # rewritten, guarded, near-miss
     reason: str | None
     message: str | None
+    class_name: str | None = None
+    method_name: str | None = None
+    guard: str | None = None  # guarded: the condition under which the original code runs
+    # where it is in SARIF's terms (engine.sarif.Place as data): read from the checkout, which the
+    # code-scanning upload no longer has
+    locations: list[dict] | None = None
+    related_locations: list[dict] | None = None
+    fingerprint: str | None = None
 
 
 @dataclass(frozen=True)
@@ -81,9 +90,12 @@ class Benchmark:
 
 def scan(root: Path, *, rules: str = "default", include: list[str] | None = None,
          exclude: list[str] | None = None) -> ScanOutput:
-    """``engine.scan.scan_path``: parses the checkout (never imports or runs its code)."""
+    """``engine.scan.scan_path``: parses the checkout (never imports or runs its code); the findings'
+    SARIF places (``engine.sarif.places``) are read from the same checkout."""
     scan_path = _load(get_runner_settings().engine_scan)
     result = scan_path(root, rules=rules, include=include, exclude=exclude)
+    raw = list(_get(result, "findings", []))
+    places = _load("engine.sarif:places")(raw, root)
     findings = [
         FindingRecord(
             rule_id=str(_get(f, "rule_id")),
@@ -93,8 +105,14 @@ def scan(root: Path, *, rules: str = "default", include: list[str] | None = None
             status=str(_get(f, "status")),
             reason=_get(f, "reason"),
             message=_get(f, "message"),
+            class_name=_get(f, "cls"),
+            method_name=_get(f, "method"),
+            guard=_get(f, "guard_text"),
+            locations=[region.to_dict() for region in place.locations],
+            related_locations=[region.to_dict() for region in place.related],
+            fingerprint=place.fingerprint,
         )
-        for f in _get(result, "findings", [])
+        for f, place in zip(raw, places, strict=True)
     ]
     files = {str(k): v for k, v in dict(_get(result, "files", {}) or {}).items()}
     return ScanOutput(findings=findings, files=files, diff=_get(result, "diff", "") or "")

@@ -9,6 +9,11 @@ Every clone uses a token scoped to the one repository with read-only contents. T
 stage runs here, in the control worker, only as far as preparing the build: repository code is
 built by a runner (``worker.runner``), which holds no secret; the runner's report comes back to
 ``record_results_stage``, which stores the figures and moves the scan on to publishing.
+
+A scan that ends with nothing to propose (the scan stage found no live change set, or no measured
+one was worth it) still goes through publishing where the installation grants code scanning: the
+publish step uploads its findings (an empty list included), so GitHub closes the alerts this commit
+no longer has. Without that permission it ends at once; publishing would send nothing.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ from worker import engine_adapter, github_client
 from worker.build_messages import RUN_BUILDS, BuildJob, BuildReport, ChangeJob, ticket
 from worker.celery_app import celery_app
 from worker.clone import shallow_clone, tree_size
-from worker.code_scanning import upload_sarif
+from worker.code_scanning import grants_code_scanning, upload_sarif
 from worker.pr_body import title_for
 from worker.publish import Proposal, digest_files, publish
 from worker.repo_config import ConfigError, RepoConfig, load_config
@@ -48,14 +53,21 @@ from worker.state import finish, publish_lock, transition
 log = logging.getLogger(__name__)
 
 S = ScanState
-# stage -> (states it runs from, state it moves to on success)
-STAGES: dict[str, tuple[tuple[ScanState, ...], ScanState]] = {
-    "clone": ((S.queued, S.cloning), S.scanning),
-    "scan": ((S.scanning,), S.verifying),
-    "verify_bench": ((S.verifying, S.benchmarking), S.publishing),
-    "publish": ((S.publishing,), S.done),
+# stage -> (states it runs from, states it moves the scan on to)
+STAGES: dict[str, tuple[tuple[ScanState, ...], tuple[ScanState, ...]]] = {
+    "clone": ((S.queued, S.cloning), (S.scanning,)),
+    "scan": ((S.scanning,), (S.verifying, S.publishing)),  # publishing: nothing to propose, findings to upload
+    "verify_bench": ((S.verifying, S.benchmarking), (S.publishing,)),
+    "publish": ((S.publishing,), (S.done,)),
 }
-NEXT_STAGE = {"clone": "scan", "scan": "verify_bench", "verify_bench": "publish", "publish": None}
+
+
+def next_stage(stage: str, state: ScanState) -> str | None:
+    """The stage to run after ``stage`` left the scan in ``state``: the one that runs from it, when
+    ``state`` is one ``stage`` moves scans on to (None: the scan ended, or waits for a runner)."""
+    if state not in STAGES[stage][1]:
+        return None
+    return next((name for name, (owned, _) in STAGES.items() if state in owned), None)
 
 
 # Finding statuses whose rewrite is in the engine's files (guarded: rewritten with a fallback path).
@@ -208,7 +220,9 @@ def scan_stage(session: Session, scan_id: int) -> bool:
     session.execute(delete(ChangeSet).where(ChangeSet.scan_id == scan_id))
     for f in output.findings:
         session.add(Finding(scan_id=scan_id, rule_id=f.rule_id, path=f.path, line=f.line, end_line=f.end_line,
-                            status=f.status, reason=f.reason, message=f.message))
+                            status=f.status, reason=f.reason, message=f.message, class_name=f.class_name,
+                            method_name=f.method_name, guard=f.guard, locations=f.locations,
+                            related_locations=f.related_locations, fingerprint=f.fingerprint))
     scan.diff = output.diff
     # How the App runs this scan (the repository's own file is ``scan.config``), shown on the dashboard.
     scan.options = {"trigger": scan.trigger, "rules": config.rules, "include": config.paths.include,
@@ -226,13 +240,36 @@ def scan_stage(session: Session, scan_id: int) -> bool:
         live += change.outcome is None
         session.add(change)
     session.commit()
-    counts = defaultdict(int)
-    for f in output.findings:
-        counts[f.status] += 1
-    summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or "no findings"
+    session.expire(scan)  # its findings and change sets: the ones just stored
     if live == 0:
-        return not finish(session, scan_id, S.done, f"nothing to propose ({summary})")
-    return transition(session, scan_id, [S.scanning], S.verifying, summary)
+        return _nothing_to_propose(session, scan, S.scanning)
+    return transition(session, scan_id, [S.scanning], S.verifying, _finding_counts(scan))
+
+
+def _finding_counts(scan: Scan) -> str:
+    counts = defaultdict(int)
+    for f in scan.findings:
+        counts[f.status] += 1
+    return ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or "no findings"
+
+
+def nothing_to_propose_reason(scan: Scan) -> str:
+    """Why a scan proposes nothing: its findings by status, and each change set's outcome."""
+    reason = f"nothing to propose ({_finding_counts(scan)})"
+    if scan.change_sets:
+        reason += ": " + "; ".join(f"{c.identity}: {c.outcome}" for c in scan.change_sets)
+    return reason
+
+
+def _nothing_to_propose(session: Session, scan: Scan, from_state: ScanState) -> bool:
+    """End a scan that proposes nothing. Where the installation grants code scanning it goes to
+    publishing, whose step (in the process with the App key) uploads the findings and ends it; True:
+    publish next. Otherwise it is done now."""
+    reason = nothing_to_propose_reason(scan)
+    if grants_code_scanning(session.get(Repository, scan.repository_id).installation):
+        return transition(session, scan.id, [from_state], S.publishing, reason)
+    finish(session, scan.id, S.done, reason)
+    return False
 
 
 def ignored_outcome(session: Session, repository_id: int, identity: str, code_digest: str) -> str | None:
@@ -331,8 +368,7 @@ def _decide(session: Session, scan: Scan) -> bool:
             change.outcome = f"not published: {why}"
     session.commit()
     if all(c.outcome is not None for c in scan.change_sets):
-        return not finish(session, scan.id, S.done, "nothing to propose: "
-                          + "; ".join(f"{c.identity}: {c.outcome}" for c in scan.change_sets))
+        return _nothing_to_propose(session, scan, S.benchmarking)
     return transition(session, scan.id, [S.benchmarking], S.publishing)
 
 
@@ -368,6 +404,8 @@ def _reuse_result(session: Session, scan: Scan, change: ChangeSet) -> None:
 # --- publish -------------------------------------------------------------------------------------
 
 def publish_stage(session: Session, scan_id: int) -> bool:
+    """Publish every change set still live, upload the findings to code scanning (where granted),
+    and end the scan. A scan with nothing to propose comes here only for the upload."""
     repository_id = session.get(Scan, scan_id).repository_id
     with publish_lock(session, repository_id):
         session.expire_all()
@@ -377,21 +415,30 @@ def publish_stage(session: Session, scan_id: int) -> bool:
         repository = session.get(Repository, repository_id)
         config = _scan_config(scan)
         gh_repo = github_client.client_for(repository.installation_id).get_repo(repository.full_name)
-        outcomes = []
-        for change in scan.change_sets:
-            if change.outcome is None:
-                change.outcome = (ignored_outcome(session, repository.id, change.identity, change.code_digest)
-                                  or _over_limit(session, repository.id, change.identity, config))
-            if change.outcome is None:
-                published = publish(session, gh_repo, repository.id, _proposal(scan, repository, change, config))
-                change.outcome = (published.outcome if published.outcome.startswith("not published")
-                                  else f"published #{published.number} ({published.outcome})")
-            outcomes.append(f"{change.identity}: {change.outcome}")
-            session.commit()
+        if any(c.outcome is None for c in scan.change_sets):
+            outcomes = _publish_changes(session, gh_repo, scan, repository, config)
+        else:  # nothing to propose: here for the code-scanning upload
+            outcomes = [nothing_to_propose_reason(scan)]
         scanning = upload_sarif(gh_repo, repository.installation, repository, scan)
         if scanning is not None:
             outcomes.append(scanning)
         return transition(session, scan_id, [S.publishing], S.done, "; ".join(outcomes))
+
+
+def _publish_changes(session: Session, gh_repo, scan: Scan, repository: Repository, config: RepoConfig) -> list[str]:
+    """Open or update the pull request of each live change set; one outcome line per change set."""
+    outcomes = []
+    for change in scan.change_sets:
+        if change.outcome is None:
+            change.outcome = (ignored_outcome(session, repository.id, change.identity, change.code_digest)
+                              or _over_limit(session, repository.id, change.identity, config))
+        if change.outcome is None:
+            published = publish(session, gh_repo, repository.id, _proposal(scan, repository, change, config))
+            change.outcome = (published.outcome if published.outcome.startswith("not published")
+                              else f"published #{published.number} ({published.outcome})")
+        outcomes.append(f"{change.identity}: {change.outcome}")
+        session.commit()
+    return outcomes
 
 
 def _over_limit(session: Session, repository_id: int, identity: str, config: RepoConfig) -> str | None:

@@ -33,7 +33,7 @@ from app.settings import get_settings
 from worker import events, github_client
 from worker.celery_app import HANDLE_DELIVERY, celery_app, enqueue_delivery
 from worker.clone import CloneError
-from worker.pipeline import NEXT_STAGE, STAGE_FUNCTIONS, STAGES, Skip, remove_checkout
+from worker.pipeline import STAGE_FUNCTIONS, STAGES, Skip, next_stage, remove_checkout
 from worker.state import finish
 
 log = logging.getLogger(__name__)
@@ -132,14 +132,15 @@ def run_stage(task: Task, stage: str, scan_id: int) -> None:
                 return
             owned, _ = STAGES[stage]
             if scan.state not in owned:
-                following = NEXT_STAGE[stage]
                 # Past this stage: the worker may have died between moving the scan on and
                 # enqueueing the next stage, so enqueue it (its own state check makes that safe).
-                if following and scan.state in STAGES[following][0]:
+                following = next_stage(stage, scan.state)
+                if following:
                     enqueue_stage(following, scan_id)
                 return
             advanced = STAGE_FUNCTIONS[stage](session, scan_id)
-        following = NEXT_STAGE[stage]
+            # which stage follows is the one that runs from the state this one left the scan in
+            following = next_stage(stage, session.scalar(select(Scan.state).where(Scan.id == scan_id)))
         if advanced and following:
             enqueue_stage(following, scan_id)
     except Retry:
@@ -159,7 +160,7 @@ def run_stage(task: Task, stage: str, scan_id: int) -> None:
     finally:
         end_attempt(stage, scan_id)
         _record_run(stage, scan_id, outcome, started, t0)
-        if outcome != "retry" and (stage == "verify_bench" or _is_terminal(scan_id)):
+        if outcome != "retry" and (stage == "verify_bench" or _past_the_files(scan_id)):
             remove_checkout(scan_id)  # publish needs no files; a later stage elsewhere clones again
 
 
@@ -168,10 +169,11 @@ def _end(scan_id: int, state: ScanState, reason: str) -> None:
         finish(session, scan_id, state, reason)
 
 
-def _is_terminal(scan_id: int) -> bool:
+def _past_the_files(scan_id: int) -> bool:
+    """Whether no stage of the scan will read its checkout again: it ended, or only publishing is left."""
     with session_scope() as session:
         scan = session.get(Scan, scan_id)
-        return scan is None or scan.state in TERMINAL_STATES
+        return scan is None or scan.state in TERMINAL_STATES or scan.state == ScanState.publishing
 
 
 @celery_app.task(name="adopter.clone", bind=True)

@@ -197,6 +197,16 @@ class Finding(Base):
     status: Mapped[str] = mapped_column(String(16))  # rewritten, guarded, near-miss
     reason: Mapped[str | None] = mapped_column(Text)
     message: Mapped[str | None] = mapped_column(Text)
+    # Where the finding is in SARIF's terms (engine.sarif.Place), computed while the scan had the
+    # checkout, so the code-scanning upload needs no files: the matched nodes' spans with code-point
+    # columns, the call sites of inlined helpers (engine.sarif.Region dicts), and the fingerprint that
+    # follows the finding across commits. NULL in scans stored before these were kept.
+    locations: Mapped[list | None] = mapped_column(JSON)
+    related_locations: Mapped[list | None] = mapped_column(JSON)
+    fingerprint: Mapped[str | None] = mapped_column(String(64))
+    class_name: Mapped[str | None] = mapped_column(Text)  # where the match is: class and method
+    method_name: Mapped[str | None] = mapped_column(Text)
+    guard: Mapped[str | None] = mapped_column(Text)  # guarded: the condition under which the original runs
 
     scan: Mapped[Scan] = relationship(back_populates="findings")
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import pytest
 
 from tests.github_fake.keys import app_key_pair
@@ -10,8 +12,10 @@ from tests.github_fake.server import FakeGitHub
 REPO = "acme/models"
 
 
-@pytest.fixture
-def github(tmp_path, monkeypatch):
+@contextmanager
+def fake_github(tmp_path, monkeypatch, url: str, *, scans: tuple[int, ...] = (1, 2, 3, 4)):
+    """The fake GitHub with installation 3 holding REPO, and the database at ``url`` migrated and
+    seeded with them (and scans ``scans`` in publishing); yields (fake, repo)."""
     from alembic import command
     from alembic.config import Config
 
@@ -23,10 +27,9 @@ def github(tmp_path, monkeypatch):
     fake = FakeGitHub(tmp_path / "gh", app_id=11, public_key=public).start()
     fake.add_installation(3, "acme")
     repo = fake.add_repo(3, REPO, {"model.py": "x = 1\n", "link": "placeholder\n"})
-    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
     for key, value in {"ADOPTER_WEBHOOK_SECRET": "s", "ADOPTER_GITHUB_APP_ID": "11",
                        "ADOPTER_GITHUB_PRIVATE_KEY": private, "ADOPTER_GITHUB_API_URL": fake.api,
-                       "ADOPTER_DATABASE_URL": url}.items():
+                       "ADOPTER_DATABASE_URL": url, "ADOPTER_WORK_DIR": str(tmp_path / "work")}.items():
         monkeypatch.setenv(key, value)
     for cache in (get_settings, get_engine, get_sessionmaker):
         cache.cache_clear()
@@ -37,18 +40,29 @@ def github(tmp_path, monkeypatch):
     from app.db.models import Installation, Repository, Scan
     from app.db.session import session_scope
 
-    with session_scope() as session:
-        session.add(Installation(id=3, account_login="acme", permissions={}))
-        session.flush()
-        session.add(Repository(id=repo.id, installation_id=3, full_name=REPO, default_branch="main"))
-        session.flush()
-        for scan_id in (1, 2, 3, 4):
-            session.add(Scan(id=scan_id, repository_id=repo.id, trigger="test", state="publishing"))
-    yield fake, repo
-    fake.stop()
-    github_client.forget_clients()
-    for cache in (get_settings, get_engine, get_sessionmaker):
-        cache.cache_clear()
+    try:
+        with session_scope() as session:
+            session.add(Installation(id=3, account_login="acme", permissions={}))
+            session.flush()
+            session.add(Repository(id=repo.id, installation_id=3, full_name=REPO, default_branch="main"))
+            session.flush()
+            for scan_id in scans:
+                session.add(Scan(id=scan_id, repository_id=repo.id, trigger="test", state="publishing"))
+        yield fake, repo
+    finally:
+        fake.stop()
+        github_client.forget_clients()
+        get_engine().dispose()
+        for cache in (get_settings, get_engine, get_sessionmaker):
+            cache.cache_clear()
+        if not url.startswith("sqlite"):  # a shared server database: leave it empty for the next test
+            command.downgrade(config, "base")
+
+
+@pytest.fixture
+def github(tmp_path, monkeypatch):
+    with fake_github(tmp_path, monkeypatch, f"sqlite:///{tmp_path / 'db.sqlite'}") as pair:
+        yield pair
 
 
 def proposal(fake, scan_id: int, text: str, *, force: bool = False):
