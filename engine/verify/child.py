@@ -364,12 +364,13 @@ _DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch
 
 
 def run_once(built: Built, model, inputs, *, dtype: str, train: bool, step: bool, device: str = "cpu",
-             step_grads: dict | None = None) -> dict:
+             step_grads: dict | None = None, loss_fn=None) -> dict:
     """Forward, backward (and one optimizer step) of a copy of ``model``; tensors by name.
 
     The optimizer step runs on ``step_grads`` where given (the original's gradients, by parameter
     name): one Adam step amplifies tiny gradient differences into sign flips, so the optimizer is
-    checked on identical gradients and the model's gradients are checked on their own."""
+    checked on identical gradients and the model's gradients are checked on their own.
+    ``loss_fn(output)`` replaces the harness's loss (the probes' own, see ``probe_loss``)."""
     torch_dtype = _DTYPES[dtype]
     model = copy.deepcopy(model).to(device=device, dtype=torch_dtype)
     model.train(train)
@@ -379,8 +380,9 @@ def run_once(built: Built, model, inputs, *, dtype: str, train: bool, step: bool
         torch.set_default_dtype(torch.float64)  # tensors the model creates itself follow
     try:
         output = call(model, inputs)
-        loss = loss_of(output, built, inputs)
-        loss.backward()
+        loss = loss_fn(output) if loss_fn is not None else loss_of(output, built, inputs)
+        if loss_fn is None or loss.requires_grad:  # a probe whose outputs all lost their gradient
+            loss.backward()
         tensors: dict = {}
         _flatten(output, "out", tensors)
         tensors = {key: value for key, value in tensors.items() if value.is_floating_point()}
@@ -453,6 +455,169 @@ def shipped_probe(case: dict, job: dict, model, inputs, built: Built) -> dict:
     return {"drops": drops, "tensors": tensors}
 
 
+# --------------------------------------------------------------------------------------------------
+# Probes: inputs the harness does not give, where rewrites of masks and kernels go wrong
+
+MAX_MASK_PROBES = 2  # mask inputs probed per case (each with both of its extreme values)
+
+
+def _input_names(model, inputs) -> dict:
+    """Flattened input key ("input.0", "input.attention_mask") -> the name the model gives it: a
+    positional input is named by the parameter of ``forward`` it binds to."""
+    flat: dict = {}
+    _flatten(inputs, "input", flat)
+    names = {key: key for key in flat}
+    if isinstance(inputs, (tuple, list)):
+        try:
+            params = [p.name for p in inspect.signature(model.forward).parameters.values()
+                      if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        except (TypeError, ValueError):
+            params = []
+        for key in flat:
+            index = key.split(".")[1]
+            if index.isdigit() and int(index) < len(params):
+                names[key] = key + "(" + params[int(index)] + ")"
+    return names
+
+
+def _mask_extremes(t) -> list:
+    """The two values a mask input can hold everywhere: for a boolean or 0/1 mask both of them (one
+    of them masks, whichever meaning the model gives it), for an additive float mask its lowest and
+    its highest (the lowest of its dtype where it holds only zeros)."""
+    if t.dtype == torch.bool:
+        return [False, True]
+    values = set(t.unique().tolist()[:3]) if t.numel() else set()
+    if values <= {0, 1}:
+        return [0, 1]
+    if t.is_floating_point():
+        low, high = float(t.min()), float(t.max())
+        return [low, high] if low < high else []
+    return []
+
+
+def _set_masked(t, value, batch):
+    """A copy of mask ``t`` with ``value`` on the last sample (a fully padded sample) and on the last
+    query row of the first sample (a padded query: a row whose every key is masked). Returns the copy
+    and the sample index that holds nothing but ``value`` (None where no whole sample is set)."""
+    out = t.detach().clone()
+    sample = None
+    if out.dim() >= 1 and batch is not None and out.shape[0] == batch:
+        out[-1] = value
+        sample = -1
+        if out.dim() >= 3 and batch > 1 and out.shape[-2] > 1:
+            out[0, ..., -1, :] = value
+    elif out.dim() >= 2 and out.shape[-2] > 1:
+        out[..., -1, :] = value
+    else:
+        return None, None
+    return out.requires_grad_(t.requires_grad), sample
+
+
+def _replace(inputs, key: str, value, prefix: str = "input"):
+    """``inputs`` with the tensor at flattened ``key`` replaced."""
+    if prefix == key:
+        return value
+    if isinstance(inputs, dict):
+        return {k: _replace(v, key, value, f"{prefix}.{k}") for k, v in inputs.items()}
+    if isinstance(inputs, (list, tuple)):
+        items = [_replace(v, key, value, f"{prefix}.{i}") for i, v in enumerate(inputs)]
+        return tuple(items) if isinstance(inputs, tuple) else items
+    return inputs
+
+
+def _non_contiguous(t):
+    """The same values with other strides (the last two axes stored swapped): a kernel or a rewrite
+    that assumes contiguous inputs shows it here."""
+    if not isinstance(t, torch.Tensor) or t.dim() < 2 or t.shape[-1] < 2 or t.shape[-2] < 2:
+        return t
+    moved = t.detach().transpose(-2, -1).contiguous().transpose(-2, -1)
+    return moved.requires_grad_(t.requires_grad)
+
+
+def probe_variants(model, inputs) -> list:
+    """Inputs beyond the harness's: each mask input set to each of its extreme values on a whole
+    sample and on one query row (fully masked rows and samples; `masked_fill(mask == 0, -1e9)` keeps
+    the plain average of v there, where a boolean mask without a fix-up gives NaN), and every input
+    stored non-contiguously. Each entry: {"label", "inputs", "sample"}: ``sample`` is the index of a
+    fully masked sample, whose outputs the probe's loss leaves out (see ``probe_loss``)."""
+    flat: dict = {}
+    _flatten(inputs, "input", flat)
+    names = _input_names(model, inputs)
+
+    def is_mask(key, t):
+        return t.dtype == torch.bool or "mask" in names[key].rsplit(".", 1)[-1].lower()
+
+    others = [t for key, t in flat.items() if not is_mask(key, t) and t.dim() >= 1]
+    batch = int(others[0].shape[0]) if others else None
+    variants = []
+    masks = [(key, t) for key, t in flat.items() if is_mask(key, t)][:MAX_MASK_PROBES]
+    for key, t in masks:
+        for value in _mask_extremes(t):
+            masked, sample = _set_masked(t, value, batch)
+            if masked is None:
+                continue
+            shown = names[key].replace("|", "/")[:80]
+            variants.append({"label": f"mask {shown}={value:g}" if not isinstance(value, bool) else f"mask {shown}={value}",
+                             "inputs": _replace(inputs, key, masked), "sample": sample, "batch": batch})
+    if any(isinstance(t, torch.Tensor) and t.dim() >= 2 for t in flat.values()):
+        variants.append({"label": "non-contiguous inputs", "inputs": _map(inputs, _non_contiguous), "sample": None,
+                         "batch": batch})
+    return variants
+
+
+def probe_loss(sample, batch):
+    """The probes' loss: a fixed random projection of every floating-point output, non-finite values
+    read as 0 (a NaN row that the original gives under a -inf fill must be NaN in the rewrite too,
+    and the gradients of everything else must still agree). A fully masked sample's outputs are
+    left out of it: its forward is compared on every row, but what a training loss would take from
+    a fully padded sample (nothing, where it ignores padding) is not what the probe asks about."""
+    import zlib
+
+    def loss(output):
+        flat: dict = {}
+        _flatten(output, "out", flat)
+        total = None
+        for key, t in sorted(flat.items()):
+            if not t.is_floating_point() or not t.requires_grad:
+                continue
+            generator = torch.Generator().manual_seed(zlib.crc32(key.encode()))
+            weight = torch.randn(t.shape, generator=generator, dtype=torch.float64).to(t.dtype)
+            if sample is not None and t.dim() >= 1 and t.shape[0] == batch:
+                weight[sample] = 0
+            term = (t.nan_to_num(0.0, 0.0, 0.0) * weight).sum()
+            total = term if total is None else total + term
+        return total if total is not None else torch.zeros(())
+
+    return loss
+
+
+def run_probes(built: Built, model, inputs, side: str, job: dict, saved: list | None) -> tuple:
+    """Both sides run each probe in eval mode (dropout off): the input variants in the compared dtype
+    (the original also in float64, the reference), and the harness's inputs in each low precision
+    of ``job["low_precision"]`` (bfloat16), held against the original's float64 run. ``saved``: the
+    variants the original made (the rewritten side runs exactly those). Returns (the variants made,
+    tensors by "probe:LABEL|DTYPE|KEY", probe label -> {"status", "message"})."""
+    if not job.get("probes", True):
+        return [], {}, {}
+    variants = probe_variants(model, inputs) if saved is None else saved
+    dtype = job.get("dtype", "float32")
+    tensors: dict = {}
+    report: dict = {}
+    plans = [(v["label"], v["inputs"], probe_loss(v.get("sample"), v.get("batch")), dtype) for v in variants]
+    plans += [(low, inputs, None, low) for low in job.get("low_precision", ()) if low != dtype]
+    for label, probe_inputs, loss_fn, run_dtype in plans:
+        dtypes = [run_dtype] + (["float64"] if side == "original" and loss_fn is not None and job.get("fp64", True) else [])
+        try:
+            for each in dtypes:
+                out = run_once(built, model, probe_inputs, dtype=each, train=False, step=False, loss_fn=loss_fn)
+                for key, value in out.items():
+                    tensors[f"probe:{label}|{each}|{key}"] = value
+            report[label] = {"status": "ok", "message": ""}
+        except Exception as exc:  # noqa: BLE001 - a probe the original cannot run is a note, not a failure
+            report[label] = {"status": _classify(exc), "message": f"{type(exc).__name__}: {exc}"[:1000]}
+    return variants, tensors, report
+
+
 def run_cases(job: dict) -> dict:
     side = job["side"]
     reference = None
@@ -518,9 +683,19 @@ def run_cases(job: dict) -> dict:
                         saved_tensors[f"{name}|{mode}|{dtype}|{key}"] = value
             for key, value in shipped.pop("tensors").items():
                 saved_tensors[f"{name}|shipped|{key}"] = value
+            eligibility = {k: dict(v) for k, v in COUNTER.eligibility.items()}  # of the compared runs only
+            phase = "probes"
+            COUNTER.take()
+            variants, probe_tensors, probes = run_probes(
+                built, model, inputs, side, job, None if reference is None else reference.get("probes/" + name, []))
+            if side == "original":
+                saved_state["probes/" + name] = variants
+            for key, value in probe_tensors.items():
+                saved_tensors[f"{name}|{key}"] = value
             cases[name] = {"status": "ok", "runs": runs, "train_smoke_finite": smoke_finite,
-                           "kernel_calls": kernel_calls, "shipped": shipped,
-                           "kernel_eligibility": {k: dict(v) for k, v in COUNTER.eligibility.items()}}
+                           "kernel_calls": kernel_calls, "shipped": shipped, "probes": probes,
+                           "kernel_eligibility": eligibility}
+            COUNTER.take()
             COUNTER.eligibility.clear()
         except Exception as exc:  # noqa: BLE001 - every failure becomes a result
             cases[name] = _error(exc, phase)

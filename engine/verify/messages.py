@@ -87,6 +87,7 @@ def read_result_file(path: Path) -> dict:
             checked["kernel_calls"] = _kernel_calls(case.get("kernel_calls"), name)
             checked["shipped"] = _shipped(case.get("shipped"), name)
             checked["kernel_eligibility"] = _eligibility(case.get("kernel_eligibility"), name)
+            checked["probes"] = _probes(case.get("probes"), name)
         out["cases"][name] = checked
     return out
 
@@ -142,6 +143,21 @@ def _eligibility(value, case: str) -> dict:
         out[kernel] = {"fused": _count(entry.get("fused", 0), f"case {case}: fused calls"),
                        "math only": _count(entry.get("math only", 0), f"case {case}: math-only calls"),
                        "why": text(entry.get("why", ""), 500)}
+    return out
+
+
+def _probes(value, case: str) -> dict:
+    """probe label -> whether this side could run it ("ok", "error", "oom") and why not."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or len(value) > 64:
+        raise MalformedMessage(f"case {case}: malformed probes")
+    out: dict = {}
+    for label, entry in value.items():
+        if (not isinstance(label, str) or not _NAME.match(label) or not isinstance(entry, dict)
+                or entry.get("status") not in _STATUSES):
+            raise MalformedMessage(f"case {case}: malformed probe {text(repr(label), 80)}")
+        out[label] = {"status": entry["status"], "message": text(entry.get("message", ""), 1000)}
     return out
 
 

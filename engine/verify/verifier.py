@@ -41,6 +41,11 @@ class VerifyConfig:
     keep_workdir: bool = False
     # kernels whose calls both sides count (coverage); None: every rule's `kernel`
     count_kernels: tuple[str, ...] | None = None
+    # inputs beyond the harness's (fully masked rows and samples, non-contiguous inputs), compared
+    # like the harness's own (see child.probe_variants)
+    probes: bool = True
+    # also run eval mode in these dtypes on both sides, held against the original's float64 run
+    low_precision: tuple[str, ...] = ("bfloat16",)
 
     def limits(self) -> Limits:
         return Limits(timeout_s=self.timeout_s, memory_bytes=self.memory_bytes, threads=self.threads,
@@ -141,6 +146,8 @@ class Verifier:
             "dtype": self.config.dtype,
             "fp64": self.config.fp64_reference,
             "reinit": self.config.reinit_weights,
+            "probes": self.config.probes,
+            "low_precision": list(self.config.low_precision if self.config.probes else ()),
             "threads": self.config.threads,
             "reference_file": str(reference_file),
             "count_kernels": list(self.count_kernels),
@@ -366,6 +373,57 @@ class Verifier:
             if not smoke_ok:
                 statuses.append((R.FAILED, f"{name}: non-finite loss in train mode with dropout"))
             statuses += self._compare_shipped(name, ref_case, new_case, reference, candidate, result)
+            statuses += self._compare_probes(name, ref_case, new_case, reference, candidate, result)
+        return statuses
+
+    def _compare_probes(self, name: str, ref_case: dict, new_case: dict, reference: _SideRun, candidate: _SideRun,
+                        result: VerifyResult) -> list[tuple[str, str]]:
+        """Inputs beyond the harness's (child.run_probes): each probe the original could run must run
+        on the rewritten side and agree. Mask and layout probes are compared in the compared dtype
+        against the original's float64 run of the same inputs; low-precision probes in their dtype
+        against the original's float64 run of the harness's inputs. A probe's errors are listed with
+        the others but are not the headline error of a low-precision run."""
+        from engine.verify.compare import NAN_ORIGINAL, check_run
+
+        statuses: list[tuple[str, str]] = []
+        for label, ref_probe in (ref_case.get("probes") or {}).items():
+            if ref_probe.get("status") != "ok":
+                result.notes.append(f"{name}: probe {label} skipped, the original model fails on it "
+                                    f"({ref_probe.get('message', '')[:200]})")
+                continue
+            new_probe = (new_case.get("probes") or {}).get(label, {"status": "error", "message": "not run"})
+            run = f"probe:{label}"
+            if new_probe.get("status") != "ok":
+                message = f"{name} probe {label}: the rewritten model fails where the original runs: " \
+                          f"{new_probe.get('message', '')[:600]}"
+                result.cases.append(CaseResult(name, run, False, message=message))
+                statuses.append((R.FAILED, message))
+                continue
+            low = label in self.config.low_precision
+            dtype = label if low else self.config.dtype
+            pick = lambda tensors, p: {k[len(p):]: v for k, v in tensors.items() if k.startswith(p)}  # noqa: E731
+            ref64 = pick(reference.tensors, f"{name}|eval|float64|" if low else f"{name}|{run}|float64|")
+            checks = check_run(pick(reference.tensors, f"{name}|{run}|{dtype}|"),
+                               pick(candidate.tensors, f"{name}|{run}|{dtype}|"), dtype, ref64 or None,
+                               nan_original_grads_ok=not low)
+            failed = [c for c in checks if not c.passed]
+            worst = max(checks, key=lambda c: c.max_rel_err, default=None)
+            excused = [c for c in checks if c.passed and c.criterion == NAN_ORIGINAL]
+            case = CaseResult(
+                name, run, not failed,
+                max_abs_err=max((c.max_abs_err for c in checks), default=0.0),
+                max_rel_err=worst.max_rel_err if worst else 0.0,
+                worst=(failed[0] if failed else worst).key if checks else None,
+                criterion=(failed[0] if failed else worst).criterion if checks else None,
+                message="; ".join(f"{c.key}: {c.message}" for c in failed[:5]),
+                tensors=len(checks), headline=not low,
+            )
+            result.cases.append(case)
+            if excused:
+                result.notes.append(f"{name} probe {label}: the original's gradient is NaN where the rewrite's is "
+                                    f"finite ({', '.join(c.key for c in excused[:3])}); compared elsewhere")
+            if failed:
+                statuses.append((R.FAILED, f"{name} probe {label}: {case.message}"))
         return statuses
 
     def _compare_shipped(self, name: str, ref_case: dict, new_case: dict, reference: _SideRun, candidate: _SideRun,

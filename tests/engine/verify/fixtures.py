@@ -129,3 +129,74 @@ def bert_sdpa_patch(source: str, *, wrong_scale: bool = False) -> str:
     )
     indented = "".join("    " + line if line.strip() else line for line in original.splitlines(keepends=True))
     return source[:start] + fast + indented + source[end:]
+
+
+# A model that takes its mask as an input, written as The Annotated Transformer writes it
+# (`scores.masked_fill(mask == 0, -1e9)`); its harness pads keys of the last sample, so that no
+# query row of the harness's own inputs is fully masked (the verification probes make such rows).
+MASKED_MODEL = '''
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Attention(nn.Module):
+    def __init__(self, dim=32, heads=4):
+        super().__init__()
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.heads = heads
+
+    def forward(self, x, mask):
+        b, t, c = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
+        scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(q.size(-1))
+        scores = scores.masked_fill(mask == 0, {fill})
+        p = F.softmax(scores, dim=-1)
+        y = torch.matmul(p, v)
+        return self.proj(y.transpose(1, 2).reshape(b, t, c))
+
+
+class Net(nn.Module):
+    def __init__(self, dim=32):
+        super().__init__()
+        self.attn = Attention(dim)
+        self.fc = nn.Linear(dim, dim)
+
+    def forward(self, x, mask):
+        x = x + self.attn(x, mask.unsqueeze(1))
+        return x + self.fc(x)
+'''
+
+MASKED_HARNESS = '''
+import torch
+
+from model import Net
+
+
+def build(batch_size=2, seq_len=8):
+    torch.manual_seed(0)
+    x = torch.randn(batch_size, seq_len, 32, requires_grad=True)
+    mask = torch.ones(batch_size, seq_len, seq_len, dtype=torch.long)
+    mask[-1, :, seq_len - 2:] = 0  # padded keys of the last sample; every query keeps some key
+    return Net(), (x, mask)
+'''
+MASKED_ATTENTION = '''        scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(q.size(-1))
+        scores = scores.masked_fill(mask == 0, {fill})
+        p = F.softmax(scores, dim=-1)
+        y = torch.matmul(p, v)
+'''
+
+
+def write_masked_repo(root: Path, fill: str = "-1e9") -> Path:
+    return write_repo(root, harness=MASKED_HARNESS, model=MASKED_MODEL.replace("{fill}", fill))
+
+
+def masked_rewrite(root: Path, replacement: str, fill: str = "-1e9") -> dict[str, str]:
+    """The masked attention of ``write_masked_repo`` replaced by ``replacement`` (statements)."""
+    text = (root / "model.py").read_text()
+    block = MASKED_ATTENTION.replace("{fill}", fill)
+    assert block in text
+    return {"model.py": text.replace(block, replacement)}

@@ -78,3 +78,24 @@ def test_reported_error_of_a_noise_level_gradient_is_measured_against_its_kind()
     wrong = dict(rewritten, **{"grad/param.w": 1.01 * truth["grad/param.w"].float()})
     bad = {c.key: c for c in check_run(original, wrong, "float32", truth)}["grad/param.w"]
     assert not bad.passed and bad.max_rel_err == pytest.approx(0.01, rel=1e-2)
+
+
+def test_probe_gradients_where_only_the_original_is_nan_are_left_out_and_the_rest_still_compared():
+    """Under a -inf fill the original's v gradient is NaN for a sample holding a fully masked row
+    (its softmax backward multiplies by NaN probabilities) where the rewrite's is finite."""
+    original = torch.tensor([1.0, 2.0, float("nan"), float("nan")])
+    rewritten = torch.tensor([1.0, 2.0, 0.5, -3.0])
+    assert not check_tensor("grad/v", original, rewritten, "float32").passed
+    excused = check_tensor("grad/v", original, rewritten, "float32", nan_original_ok=True)
+    assert excused.passed and excused.criterion == "original's gradient is NaN" and "2 elements" in excused.message
+    # the elements that are finite on both sides must still agree
+    assert not check_tensor("grad/v", original, torch.tensor([1.0, 2.5, 0.5, -3.0]), "float32",
+                            nan_original_ok=True).passed
+    # and a NaN the rewrite adds is never excused
+    assert not check_tensor("grad/v", torch.tensor([1.0, 2.0]), torch.tensor([1.0, float("nan")]), "float32",
+                            nan_original_ok=True).passed
+    # check_run excuses gradients only: an output that is NaN in the original must be NaN in the rewrite
+    checks = {c.key: c for c in check_run({"out.0": original, "grad/q": original},
+                                          {"out.0": rewritten, "grad/q": rewritten}, "float32",
+                                          nan_original_grads_ok=True)}
+    assert checks["grad/q"].passed and not checks["out.0"].passed

@@ -31,7 +31,11 @@ def test_bert_self_attention_on_sdpa_passes(verifier):
     result = verifier.check({"modeling_bert.py": bert_sdpa_patch(installed)})
     assert result.passed, result.message
     assert result.targets == ["transformers.models.bert.modeling_bert.BertModel"]
-    assert {c.run for c in result.cases} == {"eval|float32", "train|float32", "train-dropout", "eval-as-shipped"}
+    # the padded attention_mask probed at both extremes: a fully padded sample, and none padded
+    assert {c.run for c in result.cases} == {"eval|float32", "train|float32", "train-dropout", "eval-as-shipped",
+                                             "probe:mask input.attention_mask=0", "probe:mask input.attention_mask=1",
+                                             "probe:non-contiguous inputs", "probe:bfloat16"}
+    assert all(c.passed for c in result.cases)
     assert any("batch_size=1" in c.name for c in result.cases)
     assert (BERT / "modeling_bert.py").read_text() == installed  # the installed package is untouched
 

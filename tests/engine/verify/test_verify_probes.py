@@ -1,6 +1,7 @@
 """The verifier looks where bugs hide: a rewrite whose kernel never ran is "not exercised", not
 passed; a rewrite that drops in eval mode (as `F.dropout(x, p)` does) fails against dropout as the
-model ships, though every comparison with dropout forced off agrees."""
+model ships, though every comparison with dropout forced off agrees; a rewrite wrong only on fully
+masked rows, or only in bfloat16, fails the probes beyond the harness's inputs."""
 
 from __future__ import annotations
 
@@ -8,9 +9,16 @@ import pytest
 
 pytest.importorskip("torch")
 
+from engine.scan import scan_source, select_rules  # noqa: E402
 from engine.verify import Verifier, VerifyConfig  # noqa: E402
 from engine.verify import result as R  # noqa: E402
-from tests.engine.verify.fixtures import ATTENTION_BLOCK, sdpa_rewrite, write_repo  # noqa: E402
+from tests.engine.verify.fixtures import (  # noqa: E402
+    ATTENTION_BLOCK,
+    masked_rewrite,
+    sdpa_rewrite,
+    write_masked_repo,
+    write_repo,
+)
 
 pytestmark = pytest.mark.torch
 
@@ -80,3 +88,74 @@ def test_calls_no_fused_kernel_takes_are_reported(verifier, repo):
     assert any("no fused kernel takes" in note for note in result.notes)
     four_d = verifier.check(sdpa_rewrite(repo), (SDPA,))
     assert four_d.kernel_eligibility[SDPA]["math only"] == 0 and four_d.kernel_eligibility[SDPA]["fused"] > 0
+
+
+# --------------------------------------------------------------------------------------------------
+# Probes beyond the harness's inputs
+
+NAIVE_BOOLEAN_MASK = ("        y = F.scaled_dot_product_attention(q, k, v, attn_mask=~(mask == 0), "
+                      "scale=1 / math.sqrt(q.size(-1)))\n")
+
+
+@pytest.fixture(scope="module")
+def masked_repos(tmp_path_factory):
+    base = tmp_path_factory.mktemp("masked")
+    return {fill: write_masked_repo(base / str(i), fill) for i, fill in enumerate(("-1e9", "float('-inf')"))}
+
+
+def _config(**extra) -> VerifyConfig:
+    return VerifyConfig(timeout_s=120, threads=1, shapes=({"batch_size": 2, "seq_len": 5},), **extra)
+
+
+def test_a_boolean_mask_without_the_fix_up_of_fully_masked_rows_fails_the_mask_probe(masked_repos):
+    """The issue's own example: `scores.masked_fill(mask == 0, -1e9)` rewritten to
+    `attn_mask=~(mask == 0)`. On a fully masked row the original gives the plain average of v, the
+    rewrite something else; the harness's inputs have no such row, so only the probe sees it."""
+    repo = masked_repos["-1e9"]
+    naive = masked_rewrite(repo, NAIVE_BOOLEAN_MASK)
+    with Verifier(repo, config=_config(probes=False)) as blind:
+        assert blind.check(naive, (SDPA,)).passed  # what the verifier said before it probed
+    with Verifier(repo, config=_config()) as verifier:
+        result = verifier.check(naive, (SDPA,))
+    assert result.status == R.FAILED, result.message
+    assert "probe mask input.1(mask)=0" in result.message
+    failed = {c.run for c in result.cases if not c.passed}
+    assert failed == {"probe:mask input.1(mask)=0"}  # every comparison on the harness's inputs agreed
+
+
+@pytest.mark.parametrize("fill", ["-1e9", "float('-inf')"])
+def test_the_engine_rewrite_of_each_fill_passes_the_mask_probes(masked_repos, fill):
+    repo = masked_repos[fill]
+    original = (repo / "model.py").read_text()
+    _, rewritten = scan_source(original, select_rules("sdpa-attention"), "model.py", "model")
+    assert "all(-1, keepdim=True)" in rewritten  # the exact form: a fix-up of fully masked rows
+    with Verifier(repo, config=_config()) as verifier:
+        result = verifier.check({"model.py": rewritten}, (SDPA,))
+    assert result.passed, result.message
+    probes = {c.run: c for c in result.cases if c.run.startswith("probe:")}
+    assert {"probe:mask input.1(mask)=0", "probe:mask input.1(mask)=1", "probe:non-contiguous inputs",
+            "probe:bfloat16"} <= set(probes)
+    assert all(c.passed and c.tensors > 0 for c in probes.values())
+    if "inf" in fill:  # NaN rows on both sides; v's gradient NaN only in the original: said, not hidden
+        assert any("gradient is NaN" in note for note in result.notes)
+
+
+def test_a_rewrite_that_does_not_keep_the_dtype_fails_the_bfloat16_probe(verifier, repo):
+    """The kernel run on `.float()` copies and its result not cast back: in float32 nothing changes,
+    in a bfloat16 model the float32 output meets a bfloat16 projection, where the original runs."""
+    text = sdpa_rewrite(repo)["model.py"].replace("F.scaled_dot_product_attention(q, k, v,",
+                                                  "F.scaled_dot_product_attention(q.float(), k.float(), v.float(),")
+    assert "q.float()" in text
+    with Verifier(repo, config=_config(low_precision=())) as float32_only:
+        assert float32_only.check({"model.py": text}, (SDPA,)).passed
+    result = verifier.check({"model.py": text}, (SDPA,))
+    assert result.status == R.FAILED, result.message
+    assert "probe bfloat16: the rewritten model fails where the original runs" in result.message
+
+
+def test_low_precision_errors_are_listed_but_not_the_headline_error(verifier, repo):
+    result = verifier.check(sdpa_rewrite(repo), (SDPA,))
+    assert result.passed, result.message
+    low = next(c for c in result.cases if c.run == "probe:bfloat16")
+    assert low.passed and not low.headline and low.max_rel_err > 1e-4
+    assert result.max_rel_err < 1e-5  # the float32 comparisons' error, as the pull request reports it
