@@ -1459,11 +1459,14 @@ class _MethodExtractor:
         if not (isinstance(eq_arg, ast.Constant) and isinstance(eq_arg.value, str)):
             return None
         plan = _einsum_product(eq_arg.value, einops=name == "einops.einsum")
+        spelled = f"{name}({eq_arg.value!r})"  # the equation stays visible (rank inference reads it)
         if plan is None:
-            return None
+            lowering = _einsum_lowering(eq_arg.value, einops=name == "einops.einsum")
+            if lowering is None:
+                return None
+            return self.einsum_lowered(name, spelled, lowering, e, scope, guard, operands)
         swap_a, swap_b, a_first = plan
         a, b = (self.expr(x, scope, guard) for x in operands)
-        spelled = f"{name}({eq_arg.value!r})"  # the equation stays visible (rank inference reads it)
         if swap_a:
             at = self.emit("op", "transpose", (a,), (("dim0", Const(-2)), ("dim1", Const(-1))), guard, e, target=name)
             a = _VARS[at[0]]
@@ -1471,6 +1474,35 @@ class _MethodExtractor:
             bt = self.emit("op", "transpose", (b,), (("dim0", Const(-2)), ("dim1", Const(-1))), guard, e, target=name)
             b = _VARS[bt[0]]
         out = self.emit("op", "matmul", (a, b) if a_first else (b, a), (), guard, e, target=spelled)
+        return _VARS[out[0]]
+
+    def einsum_lowered(self, name: str, spelled: str, lowering: tuple, e: ast.Call, scope: _Scope,
+                       guard: tuple[Cond, ...], operands: list[Any]) -> Operand:
+        """An einsum whose batch axes are ordered differently on its operands and output, or missing
+        from one operand (broadcast: a multi-query key without a head axis), as canonical nodes: each
+        operand permuted to (batch..., row, contracted) and given a size-1 axis for each batch label
+        it lacks, a matmul, and a permute of the result to the equation's output order. These nodes
+        carry the einsum's position and `target` (they have no text of their own)."""
+        a_plan, b_plan, out_perm = lowering
+        lowered: list[Operand] = []
+        for x, (perm, missing, swap) in zip(operands, (a_plan, b_plan), strict=True):
+            value = self.expr(x, scope, guard)
+            if missing or list(perm) != list(range(len(perm))):
+                # also where it keeps the order: the permute proves the rank the new axes' positions need
+                node = self.emit("op", ".permute", (value, *(Const(d) for d in perm)), (), guard, e, target=name)
+                value = _VARS[node[0]]
+            for position in missing:
+                node = self.emit("op", ".unsqueeze", (value, Const(position)), (), guard, e, target=name)
+                value = _VARS[node[0]]
+            if swap:
+                node = self.emit("op", "transpose", (value,), (("dim0", Const(-2)), ("dim1", Const(-1))), guard, e,
+                                 target=name)
+                value = _VARS[node[0]]
+            lowered.append(value)
+        out = self.emit("op", "matmul", (lowered[0], lowered[1]), (), guard, e, target=spelled)
+        if out_perm is not None:
+            out = self.emit("op", ".permute", (_VARS[out[0]], *(Const(d) for d in out_perm)), (), guard, e,
+                            target=name)
         return _VARS[out[0]]
 
     def layer_call(self, target: str, e: ast.Call, scope: _Scope, guard: tuple[Cond, ...]) -> Operand:
@@ -1652,6 +1684,55 @@ def _einsum_product(equation: str, einops: bool = False) -> tuple[bool, bool, bo
     if o2 == (j, i):
         return (a2 == (i, x), b2 == (x, j), False)  # (batch, j, x) @ (batch, x, i)
     return None
+
+
+def _einsum_lowering(equation: str, einops: bool = False) -> tuple | None:
+    """How a two-operand einsum that `_einsum_product` does not take is still a batched matrix
+    product: exactly one label is contracted (on both operands, not in the output), every other
+    label is in the output, each operand has a row label of its own (`i` on the left, `j` on the
+    right), and the rest are batch labels, in any order, possibly missing from one operand (it
+    broadcasts there). The product runs over the batch labels in the output's order, as
+    ((a's permute, a's new axes, swap a's last two), (the same for b), the result's permute or None):
+    `bihd,bjhd->bhij` permutes both operands to (b, h, ., d); `b h i d, b j d -> b h i j` gives the
+    key a size-1 head axis. Of several row candidates the ones that leave the output in place win;
+    the others are batch labels (`bnhk,bmk->bnhm` is a product per (b, n) of h rows). None when
+    the equation is not such a product (a trace, a label summed out of one operand, `...`)."""
+    lhs, arrow, out = equation.partition("->")
+    parts = lhs.split(",")
+    if not arrow or len(parts) != 2:
+        return None
+    a, b, o = (C.einsum_axes(p, einops) for p in (parts[0], parts[1], out))
+    if a is None or b is None or o is None or min(len(a), len(b), len(o)) < 2:
+        return None
+    if "..." in a or "..." in b or "..." in o or any(len(set(t)) != len(t) for t in (a, b, o)):
+        return None
+    contracted = (set(a) & set(b)) - set(o)
+    if len(contracted) != 1 or set(o) - set(a) - set(b):
+        return None
+    x = contracted.pop()
+    if set(a) - set(o) - {x} or set(b) - set(o) - {x}:
+        return None
+    rows_a = [label for label in o if label in a and label not in b]
+    rows_b = [label for label in o if label in b and label not in a]
+    if not rows_a or not rows_b:
+        return None
+    if o[-2] in rows_a and o[-1] in rows_b:
+        i, j = o[-2], o[-1]
+    else:
+        i, j = rows_a[-1], rows_b[-1]
+    batch = [label for label in o if label not in (i, j)]
+
+    def plan(own: tuple[str, ...], row: str) -> tuple[tuple[int, ...], tuple[int, ...], bool]:
+        tail = (row, x) if own.index(row) < own.index(x) else (x, row)
+        order = tuple(own.index(label) for label in (*[lb for lb in batch if lb in own], *tail))
+        missing = tuple(p for p, label in enumerate(batch) if label not in own)
+        return order, missing, tail != (row, x)
+
+    a_plan, b_plan = plan(a, i), plan(b, j)
+    b_plan = (b_plan[0], b_plan[1], not b_plan[2])  # the right operand enters as (batch..., x, j)
+    result = (*batch, i, j)
+    out_perm = None if tuple(o) == result else tuple(result.index(label) for label in o)
+    return a_plan, b_plan, out_perm
 
 
 def _swaps_last_two(dims: tuple[Operand, ...]) -> bool:

@@ -11,25 +11,39 @@ rules/sdpa-attention.rule):
     `(q * temp) @ k^T == (q @ k^T) * temp`, and the kernel's own scale stays as the template says.
 
   * an operand the extractor transposed to lower an einsum (`'b h d i, b h d j -> b h i j'`) is the
-    einsum's operand itself, transposed only where the kernel needs it.
+    einsum's operand itself, transposed only where the kernel needs it;
+  * an operand the extractor permuted to bring an einsum's batch axes into the output's order
+    (`'bihd,bjhd->bhij'`) gets that permute as a `transpose(1, 2)` or `permute(...)`, and a batch
+    axis it lacks (a multi-query key, `'b h i d, b j d -> b h i j'`) as `unsqueeze(p)` expanded to
+    the size another operand has there (the fused kernels take no broadcast heads); an einsum output
+    permuted back is permuted back after the kernel.
 
 Only the transposes the layout needs are emitted; a match in the kernel's layout renders unchanged.
 """
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Callable
 
 from engine.dsl import canonical as C
-from engine.dsl.ir import Operand, Var
+from engine.dsl.ir import Const, Operand, Var
 from engine.match.matcher import Match
 
 _SWAP = ".transpose(-2, -1)"
 
 
 def _atom(text: str) -> str:
-    return text if re.fullmatch(r"[\w.]+", text) else f"({text})"
+    """`text` as the receiver of a method call: parenthesized unless it is a name, an attribute, a
+    call or a subscript."""
+    if re.fullmatch(r"[\w.]+", text):
+        return text
+    try:
+        tree = ast.parse(text, mode="eval").body
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return f"({text})"
+    return text if isinstance(tree, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)) else f"({text})"
 
 
 def _needs_key_swap(match: Match) -> bool:
@@ -38,29 +52,109 @@ def _needs_key_swap(match: Match) -> bool:
     return declares and "kt" in match.skipped
 
 
-def _generated_transpose_input(match: Match, operand: Operand | None) -> Operand | None:
-    """The operand of a transpose that the extractor made from an einsum's equation (it has no
-    source text of its own: its position is the whole einsum), or None."""
+def _producer(match: Match, operand: Operand | None):
     if not isinstance(operand, Var):
         return None
-    node = next((n for n in match.method.nodes if operand.name in n.outputs), None)
-    if node is None or node.kind != "op" or node.op != "transpose" or node.target not in C.EINSUM_FUNCTIONS:
+    return next((n for n in match.method.nodes if operand.name in n.outputs), None)
+
+
+def _generated(node) -> bool:
+    """A node the extractor made to lower an einsum: no source text of its own (its position is the
+    whole einsum)."""
+    return node is not None and node.kind == "op" and node.op in ("transpose", ".permute", ".unsqueeze") \
+        and node.target in C.EINSUM_FUNCTIONS
+
+
+def _chain(match: Match, operand: Operand | None) -> tuple[Operand | None, list]:
+    """The einsum operand behind `operand` and the generated nodes applied to it, innermost first."""
+    nodes: list = []
+    node = _producer(match, operand)
+    while _generated(node) and node.inputs:
+        nodes.append(node)
+        operand = node.inputs[0]
+        node = _producer(match, operand)
+    return operand, nodes[::-1]
+
+
+def _dims(node) -> list[int]:
+    return [d.value for d in node.inputs[1:] if isinstance(d, Const)]
+
+
+def _permute_text(dims: list[int]) -> str:
+    if dims == list(range(len(dims))):
+        return ""
+    moved = [i for i, d in enumerate(dims) if d != i]
+    if len(moved) == 2:
+        return f".transpose({moved[0]}, {moved[1]})"
+    return f".permute({', '.join(map(str, dims))})"
+
+
+def _lowered(match: Match, name: str, render: Callable[[Operand], str]) -> tuple[str, list[int | None], list[int], bool] | None:
+    """`$name` as the einsum lowering holds it, when it is one: (the operand's text with the
+    generated permute, the original axis behind each axis or None for a new one, the new axes,
+    whether the lowering swapped its last two axes)."""
+    base, nodes = _chain(match, match.bindings.get(name))
+    if not nodes or base is None:
         return None
-    return node.inputs[0] if node.inputs else None
+    text = render(base)
+    origin: list[int | None] = []
+    new: list[int] = []
+    swapped = False
+    for node in nodes:
+        if node.op == ".permute":
+            dims = _dims(node)
+            origin = [origin[d] for d in dims] if origin else list(dims)
+            text = _atom(text) + _permute_text(dims) if _permute_text(dims) else text
+        elif node.op == ".unsqueeze":
+            position = _dims(node)[0]
+            origin.insert(position, None)
+            new.append(position)
+        else:  # the last two axes swapped (always the lowering's last step)
+            swapped = True
+    return text, origin, new, swapped
 
 
 def lookup(match: Match, base: Callable[[str], str | None],
            render: Callable[[Operand], str]) -> Callable[[str], str | None]:
     """The template lookup with the layout's adaptations applied to `$q`, `$k` and `$v`."""
+    lowered = {name: _lowered(match, name, render) for name in ("q", "k", "v")}
+
+    def size_of(position: int) -> str | None:
+        """A text for the size of axis `position` from an operand that has it."""
+        for name in ("q", "k", "v"):
+            low = lowered[name]
+            if low is None:
+                text = base(name)
+                return None if text is None else f"{_atom(text)}.shape[{position}]"
+            text, origin, new, _ = low
+            if position in new:
+                continue
+            source = origin[position] if position < len(origin) else None
+            if source is not None:
+                return f"{_atom(render(_chain(match, match.bindings.get(name))[0]))}.shape[{source}]"
+            return f"{_atom(text)}.shape[{position}]"
+        return None
 
     def adapted(name: str) -> str | None:
         if name not in ("q", "k", "v"):
             return base(name)
         swap = (name == "k" and _needs_key_swap(match)) or (name == "v" and "pt" in match.nodes)
-        inner = _generated_transpose_input(match, match.bindings.get(name))
-        if inner is not None:
-            text: str | None = render(inner)
-            swap = not swap  # the equation's own transpose and the layout's cancel
+        low = lowered[name]
+        if low is not None:
+            text, origin, new, swapped = low
+            if new:
+                sizes = []
+                for position in range(len(origin)):
+                    if position in new:
+                        size = size_of(position)
+                        if size is None:
+                            return None
+                        sizes.append(size)
+                    else:
+                        sizes.append("-1")
+                text = _atom(text) + "".join(f".unsqueeze({p})" for p in new) + f".expand({', '.join(sizes)})"
+            if swapped:
+                swap = not swap  # the equation's own transpose and the layout's cancel
         else:
             text = base(name)
         if text is None:
@@ -76,7 +170,14 @@ def lookup(match: Match, base: Callable[[str], str | None],
 
 
 def result(match: Match, code: str) -> str:
-    """The kernel's result in the code's layout: transposed back where the output was read so."""
+    """The kernel's result in the code's layout: transposed back where the output was read so, and
+    permuted as an einsum's output was."""
     if "pt" in match.nodes:
-        return f"({code}){_SWAP}"
+        code = f"({code}){_SWAP}"
+    root = match.root
+    if root.outputs:
+        after = next((n for n in match.method.nodes if n.op == ".permute" and _generated(n) and n.inputs
+                      and n.inputs[0] == Var(root.outputs[0])), None)
+        if after is not None:
+            code = _atom(code) + _permute_text(_dims(after))
     return code

@@ -84,7 +84,8 @@ def test_bert_attention_scores_chain(bert):
     dropout = one(forward, "torch.nn.Dropout", kind="layer")
     assert dropout.target == "self.dropout" and dropout.inputs == (Var(softmax.outputs[0]),)
     # context = matmul(probs, value)
-    context = next(n for n in ops(forward, "matmul") if n is not scores)
+    # (the relative-position einsums are matmuls too, lowered from their equations)
+    context = next(n for n in ops(forward, "matmul") if n is not scores and n.target == "torch.matmul")
     probs = producer(forward, context.inputs[0])
     assert probs.kind == "phi" and Var(dropout.outputs[0]) in probs.inputs  # head_mask may multiply
     assert producer(forward, context.inputs[1]).kind == "phi"  # value from the branches

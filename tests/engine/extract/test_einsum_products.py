@@ -7,7 +7,7 @@ import pytest
 
 from engine.dsl.ir import Const
 from engine.extract import extract_source
-from engine.extract.extractor import _einsum_product, _swaps_last_two
+from engine.extract.extractor import _einsum_lowering, _einsum_product, _swaps_last_two
 
 AB_T = (False, True, True)  # (transpose the first operand, transpose the second, first on the left)
 AB = (False, False, True)
@@ -66,3 +66,42 @@ class A(nn.Module):
     assert ops[-2:] == [("transpose", "torch.einsum"), ("matmul", "torch.einsum('bhid,bhjd->bhji')")]
     nodes = [n for n in fm.classes[0].methods[0].nodes if n.kind == "op"]
     assert nodes[-1].inputs[0].name == "k" and nodes[-2].inputs[0].name == "q"
+
+
+@pytest.mark.parametrize(("equation", "einops", "lowering"), [
+    # heads after the sequence: both operands permuted to (b, h, ., d), the output as the equation has it
+    ("bihd,bjhd->bhij", False, (((0, 2, 1, 3), (), False), ((0, 2, 1, 3), (), True), None)),
+    # and read back heads-after: the result of the (b, h, i, d) product is permuted back
+    ("bhij,bjhd->bihd", False, (((0, 1, 2, 3), (), False), ((0, 2, 1, 3), (), False), (0, 2, 1, 3))),
+    # multi-query: the key has no head axis, it gets a size-1 one at position 1
+    ("b h i d, b j d -> b h i j", True, (((0, 1, 2, 3), (), False), ((0, 1, 2), (1,), True), None)),
+    ("b h i j, b j d -> b h i d", True, (((0, 1, 2, 3), (), False), ((0, 1, 2), (1,), False), None)),
+    # two row candidates (n, h): the one next to the key's label in the output is the row
+    ("bnhk,bmk->bnhm", False, (((0, 1, 2, 3), (), False), ((0, 1, 2), (1,), True), None)),
+    ("bij,bij->bij", False, None),          # nothing contracted
+    ("bhid,bhid->bhi", False, None),        # contracted label on both, no row of the second operand
+    ("bhid,bjd->bhi", False, None),         # j summed out of one operand
+    ("bhid,bhjd->bij", False, None),        # h summed out
+    ("...id,...jd->...ij", False, None),    # `...` is `_einsum_product`'s
+    ("bhid,bhjd,bhje->bhie", False, None),
+])
+def test_einsum_lowerings(equation, einops, lowering):
+    assert _einsum_lowering(equation, einops=einops) == lowering
+
+
+def test_lowered_einsum_nodes_carry_the_einsum():
+    source = """
+import torch
+from torch import nn
+
+
+class A(nn.Module):
+    def forward(self, q, k):
+        return torch.einsum('bhid,bjd->bhij', q, k)
+"""
+    fm = extract_source(source, "m.py", "m")
+    nodes = [n for n in fm.classes[0].methods[0].nodes if n.kind == "op"]
+    assert [(n.op, n.target) for n in nodes] == [
+        (".permute", "torch.einsum"), (".unsqueeze", "torch.einsum"), ("transpose", "torch.einsum"),
+        ("matmul", "torch.einsum('bhid,bjd->bhij')")]
+    assert nodes[1].inputs[1] == Const(1)

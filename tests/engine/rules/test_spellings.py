@@ -245,6 +245,40 @@ class Attention(nn.Module):
 def build():
     return Attention(), tuple(torch.randn(6, 5, 16) for _ in range(3))
 """),
+    ("multi-query einsum: key and value without a head axis, padding fill (imagen)", "sdpa-attention", """
+class Attention(nn.Module):
+    def forward(self, q, k, v, mask):
+        sim = torch.einsum('b h i d, b j d -> b h i j', q, k) * 0.3
+        sim = sim.masked_fill(~mask, -torch.finfo(sim.dtype).max)
+        attn = sim.softmax(dim=-1)
+        return torch.einsum('b h i j, b j d -> b h i d', attn, v)
+
+def build():
+    mask = torch.rand(2, 1, 1, 7) > 0.3
+    mask[..., 0] = True
+    return Attention(), (torch.randn(2, 3, 5, 8), torch.randn(2, 7, 8), torch.randn(2, 7, 8), mask)
+"""),
+    ("einsum with the heads after the sequence, read back so (boltz, ultralytics)", "sdpa-attention", """
+class Attention(nn.Module):
+    def forward(self, q, k, v, bias):
+        attn = torch.einsum("bihd,bjhd->bhij", q.float(), k.float())
+        attn = attn / (8 ** 0.5) + bias
+        attn = attn.softmax(dim=-1)
+        return torch.einsum("bhij,bjhd->bihd", attn, v.float()).to(v.dtype)
+
+def build():
+    return Attention(), (torch.randn(2, 5, 3, 8), torch.randn(2, 7, 3, 8), torch.randn(2, 7, 3, 8), torch.randn(2, 3, 5, 7))
+"""),
+    ("multi-query einsum, heads after the sequence, head-less key (timm MultiQueryAttentionV2)", "sdpa-attention", """
+class Attention(nn.Module):
+    def forward(self, q, k, v):
+        attn = torch.einsum('bnhk,bmk->bnhm', q, k) * 0.25
+        attn = attn.softmax(dim=-1)
+        return torch.einsum('bnhm,bmv->bnhv', attn, v)
+
+def build():
+    return Attention(), (torch.randn(2, 6, 3, 8), torch.randn(2, 7, 8), torch.randn(2, 7, 8))
+"""),
     ("masked_fill with -finfo(dtype).max inside the call (vit-pytorch)", "sdpa-attention", """
 class Attention(nn.Module):
     def forward(self, q, k, v, mask):
