@@ -1,10 +1,14 @@
 """What changed between two scans of a repository: findings new, fixed and still open, and per rule
 how many findings each recent scan had.
 
-A finding has no identity of its own across commits, and its line moves when code above it is
-edited. Two findings are the same when they have the same rule, file and status; within such a
-group, equal lines pair first, then the rest pair in line order, and what is left over is new (in
-the later scan) or fixed (gone from it).
+A finding's line moves when code above it is edited, so lines alone do not say which finding is
+which. Two findings can be the same only when they have the same rule, file and status; within such
+a group they pair by fingerprint first (``Finding.fingerprint``: a hash of the rule, the file and the
+matched source text, the SARIF ``partialFingerprints`` value, which lines inserted above do not
+change), then by equal line (the code at that line was edited). Findings stored before fingerprints
+were kept pair with the rest in line order; two findings that both have a fingerprint and differ in
+it and in line are different findings. What is left over is new (in the later scan) or fixed (gone
+from it).
 """
 
 from __future__ import annotations
@@ -31,6 +35,18 @@ def _ref(f: Finding) -> FindingRef:
     return FindingRef(rule_id=f.rule_id, path=f.path, line=f.line, status=f.status, message=f.message)
 
 
+def _fingerprint(f) -> str | None:
+    return getattr(f, "fingerprint", None)
+
+
+def _take(pool: list, wanted) -> object | None:
+    """Remove and return the first finding of `pool` that `wanted` accepts."""
+    for i, f in enumerate(pool):
+        if wanted(f):
+            return pool.pop(i)
+    return None
+
+
 def pair_findings(before: list[Finding], after: list[Finding]) -> tuple[list, list, list]:
     """(new, fixed, still open) between two scans' findings; still open are the later scan's."""
     groups: dict[tuple, tuple[list, list]] = defaultdict(lambda: ([], []))
@@ -41,18 +57,21 @@ def pair_findings(before: list[Finding], after: list[Finding]) -> tuple[list, li
     new, fixed, still = [], [], []
     for old, cur in groups.values():
         old_left = sorted(old, key=lambda f: f.line)
-        cur_left = []
-        for f in sorted(cur, key=lambda f: f.line):
-            same = next((o for o in old_left if o.line == f.line), None)
-            if same is not None:
-                old_left.remove(same)
-                still.append(f)
-            else:
-                cur_left.append(f)
-        paired = min(len(old_left), len(cur_left))
-        still += cur_left[:paired]
-        new += cur_left[paired:]
-        fixed += old_left[paired:]
+        cur_left = sorted(cur, key=lambda f: f.line)
+        for same in (lambda o, f: _fingerprint(f) is not None and _fingerprint(o) == _fingerprint(f),
+                     lambda o, f: o.line == f.line):
+            unpaired = []
+            for f in cur_left:
+                match = _take(old_left, lambda o, f=f: same(o, f))
+                (still if match is not None else unpaired).append(f)
+            cur_left = unpaired
+        # The rest in line order, where one side has no fingerprint to tell them apart by.
+        unpaired = []
+        for f in cur_left:
+            match = _take(old_left, lambda o, f=f: _fingerprint(o) is None or _fingerprint(f) is None)
+            (still if match is not None else unpaired).append(f)
+        new += unpaired
+        fixed += old_left
     order = lambda f: (f.rule_id, f.path, f.line)  # noqa: E731
     return ([_ref(f) for f in sorted(new, key=order)], [_ref(f) for f in sorted(fixed, key=order)],
             [_ref(f) for f in sorted(still, key=order)])

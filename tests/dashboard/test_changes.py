@@ -12,8 +12,8 @@ from app.dashboard.verification import benchmark_view, verification_view
 from tests.dashboard.seed import BENCH_DETAILS, PER_REWRITE, VISION
 
 
-def _f(rule, path, line, status="rewritten"):
-    return SimpleNamespace(rule_id=rule, path=path, line=line, status=status, message=None)
+def _f(rule, path, line, status="rewritten", fingerprint=None):
+    return SimpleNamespace(rule_id=rule, path=path, line=line, status=status, message=None, fingerprint=fingerprint)
 
 
 def test_pairing_follows_moved_lines_and_counts_duplicates():
@@ -26,6 +26,29 @@ def test_pairing_follows_moved_lines_and_counts_duplicates():
     assert [(f.rule_id, f.line, f.status) for f in fixed] == [("gelu", 5, "rewritten"), ("sdpa", 3, "near-miss")]
     assert [f.line for f in still] == [12, 42]
     assert pair_findings([], []) == ([], [], [])
+
+
+def test_a_finding_moved_by_inserted_lines_is_still_open_by_its_fingerprint():
+    # One attention block rewritten away (line 10), 30 lines inserted above the other (50 -> 80), and
+    # a new one written further down (90): by line order alone 10-80 and 50-90 would pair, nothing new.
+    before = [_f("sdpa", "a.py", 10, fingerprint="aaa:1"), _f("sdpa", "a.py", 50, fingerprint="bbb:1")]
+    after = [_f("sdpa", "a.py", 80, fingerprint="bbb:1"), _f("sdpa", "a.py", 90, fingerprint="ccc:1")]
+    new, fixed, still = pair_findings(before, after)
+    assert [f.line for f in still] == [80]
+    assert [f.line for f in new] == [90] and [f.line for f in fixed] == [10]
+    # A fingerprint that lands on another finding's old line still pairs with its own.
+    before = [_f("sdpa", "a.py", 10, fingerprint="aaa:1"), _f("sdpa", "a.py", 20, fingerprint="bbb:1")]
+    after = [_f("sdpa", "a.py", 20, fingerprint="aaa:1"), _f("sdpa", "a.py", 30, fingerprint="bbb:1")]
+    assert pair_findings(before, after)[:2] == ([], [])
+    # The code at a finding's line edited (a renamed variable): the same line, still open.
+    new, fixed, still = pair_findings([_f("sdpa", "a.py", 10, fingerprint="aaa:1")],
+                                      [_f("sdpa", "a.py", 10, fingerprint="ddd:1")])
+    assert (new, fixed, [f.line for f in still]) == ([], [], [10])
+    # A scan stored before fingerprints were kept pairs with a later one in line order.
+    new, fixed, still = pair_findings([_f("sdpa", "a.py", 10), _f("sdpa", "a.py", 50)],
+                                      [_f("sdpa", "a.py", 40, fingerprint="aaa:1"),
+                                       _f("sdpa", "a.py", 80, fingerprint="bbb:1")])
+    assert (new, fixed, [f.line for f in still]) == ([], [], [40, 80])
 
 
 def test_verification_states_are_shown_as_they_were():
