@@ -65,11 +65,19 @@ def _generated(node) -> bool:
         and node.target in C.EINSUM_FUNCTIONS
 
 
+def _permutes_a_result(match: Match, node) -> bool:
+    """`node` permutes an einsum's own product into the equation's output order: it is part of the
+    value that einsum's text computes, not a step towards another product."""
+    source = _producer(match, node.inputs[0]) if node.inputs else None
+    return source is not None and source.op == "matmul" and source.pos == node.pos
+
+
 def _chain(match: Match, operand: Operand | None) -> tuple[Operand | None, list]:
-    """The einsum operand behind `operand` and the generated nodes applied to it, innermost first."""
+    """The einsum operand behind `operand` and the generated nodes the lowering applied to it,
+    innermost first (stopping at an einsum's result, which its own text computes)."""
     nodes: list = []
     node = _producer(match, operand)
-    while _generated(node) and node.inputs:
+    while _generated(node) and node.inputs and not _permutes_a_result(match, node):
         nodes.append(node)
         operand = node.inputs[0]
         node = _producer(match, operand)

@@ -279,6 +279,27 @@ class Attention(nn.Module):
 def build():
     return Attention(), (torch.randn(2, 6, 3, 8), torch.randn(2, 7, 8), torch.randn(2, 7, 8))
 """),
+    ("multi-query einsum whose query is itself an einsum's permuted result (timm MultiQueryAttentionV2)",
+     "sdpa-attention", """
+class Attention(nn.Module):
+    def __init__(self, dim=16, heads=3, key_dim=8):
+        super().__init__()
+        self.query_proj = nn.Parameter(torch.randn(heads, key_dim, dim))
+        self.key_proj = nn.Parameter(torch.randn(dim, key_dim))
+        self.value_proj = nn.Parameter(torch.randn(dim, key_dim))
+        self.scale = key_dim ** -0.5
+
+    def forward(self, x, m):
+        q = torch.einsum('bnd,hkd->bnhk', x, self.query_proj)
+        k = torch.einsum('bmd,dk->bmk', m, self.key_proj)
+        attn = torch.einsum('bnhk,bmk->bnhm', q, k) * self.scale
+        attn = attn.softmax(dim=-1)
+        v = torch.einsum('bmd,dv->bmv', m, self.value_proj)
+        return torch.einsum('bnhm,bmv->bnhv', attn, v)
+
+def build():
+    return Attention(), (torch.randn(2, 6, 16), torch.randn(2, 7, 16))
+"""),
     ("masked_fill with -finfo(dtype).max inside the call (vit-pytorch)", "sdpa-attention", """
 class Attention(nn.Module):
     def forward(self, q, k, v, mask):
