@@ -16,16 +16,17 @@ from pathlib import Path
 
 
 def record_cli_scan(result, root: Path | str, *, config: dict | None = None, started_at: datetime | None = None,
-                    outcome: dict | None = None, url: str | None = None, options: dict | None = None) -> int | None:
+                    outcome: dict | None = None, url: str | None = None, options: dict | None = None,
+                    places: list[dict] | None = None) -> int | None:
     """Record a finished ``adopter scan`` (``config``: the settings it ran with; ``outcome``: what
     --verify/--bench produced, if run; ``started_at``: when the scan began; ``options``: the command
-    line's choices)."""
+    line's choices; ``places``: each finding's SARIF place, as ``app.history.record_scan`` takes it)."""
     try:
         from app.history import record_scan
 
         outcome = outcome or {}
         bench = outcome.get("benchmark")
-        return record_scan(result, root, url=url, config=config, started_at=started_at, options=options,
+        return record_scan(result, root, url=url, config=config, started_at=started_at, options=options, places=places,
                            timeline=outcome.get("timeline"), verification=outcome.get("verification"),
                            benchmark=bench if (bench or {}).get("status") != "skipped" else None)
     except ImportError as exc:

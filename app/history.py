@@ -113,13 +113,16 @@ def _git(root: Path, *args: str) -> str | None:
 def record_scan(result, root: Path | str, *, url: str | None = None, config: dict | None = None,
                 started_at: datetime | None = None, verification: dict | None = None,
                 benchmark: dict | None = None, options: dict | None = None,
-                timeline: dict[str, str | datetime] | None = None) -> int:
+                timeline: dict[str, str | datetime] | None = None, places: list[dict] | None = None) -> int:
     """Store one finished scan (its findings, patch, and any verification/benchmark figures);
     return the scan's id in the history.
 
     ``timeline`` gives the instant each stage began (state -> datetime or ISO string, as
     ``engine.pipeline.verify_and_bench`` reports it); ``queued`` and ``scanning`` are ``started_at``,
-    ``done`` is now. ``options`` are how the scan was run (the command line's choices)."""
+    ``done`` is now. ``options`` are how the scan was run (the command line's choices). ``places``
+    (one per finding, in the report's order) are the findings' SARIF places as plain data
+    (``locations`` and ``related_locations``: lists of ``engine.sarif.Region`` dicts, ``fingerprint``),
+    stored as the App's scan stage stores them; without them those columns stay empty."""
     root = Path(root).resolve()
     folder = root if root.is_dir() else root.parent
     now = datetime.now(UTC)
@@ -154,11 +157,17 @@ def record_scan(result, root: Path | str, *, url: str | None = None, config: dic
             stamps.update({state: _instant(at) for state, at in (timeline or {}).items() if at})
             for state in states:
                 session.add(ScanEvent(scan_id=scan.id, state=state, at=stamps.get(state) or started_at))
-            for f in report.get("findings", []):
+            findings = report.get("findings", [])
+            if places is not None and len(places) != len(findings):
+                raise ValueError(f"{len(places)} places for {len(findings)} findings")
+            for f, place in zip(findings, places or [{}] * len(findings), strict=True):
                 reason = f.get("reason") or (f"original kept when: {f['guard']}" if f.get("guard") else None)
                 session.add(Finding(scan_id=scan.id, rule_id=f["rule"], status=f["status"], path=f["file"],
                                     line=f["line"], end_line=f.get("end_line"), message=f.get("message"),
-                                    reason=reason))
+                                    reason=reason, class_name=f.get("class"), method_name=f.get("method"),
+                                    guard=f.get("guard"), locations=place.get("locations"),
+                                    related_locations=place.get("related_locations"),
+                                    fingerprint=place.get("fingerprint")))
             if diff or verification or benchmark:  # also when verification kept no rewrite: say what it found
                 rules = sorted({f["rule"] for f in report.get("findings", [])
                                 if f["status"] in ("rewritten", "guarded")})

@@ -220,6 +220,14 @@ def scan(
             _say(f"{d.file}:{d.line}: {d.severity}: {d.message}", typer.colors.YELLOW)
         filtered = " (after paths.include/exclude)" if config.paths.include or config.paths.exclude else ""
         _fail(f"no Python files to scan in {path}{filtered}")
+    # Each finding's SARIF place (columns, fingerprint) for the history, read now from the files as
+    # scanned: --apply rewrites them below. The dashboard pairs findings across scans by fingerprint.
+    places = None
+    if not no_history:
+        from engine.sarif import places as sarif_places
+
+        places = [{"locations": [r.to_dict() for r in p.locations], "related_locations": [r.to_dict() for r in p.related],
+                   "fingerprint": p.fingerprint} for p in sarif_places(result.findings, root)]
     outcome = None
     if verify or bench or report is not None:
         from dataclasses import replace
@@ -270,7 +278,7 @@ def scan(
         from app.cli_history import record_cli_scan
 
         record_cli_scan(result, root, config={"source": source, **config.to_dict()}, outcome=outcome,
-                        started_at=started_at, options=options)
+                        started_at=started_at, options=options, places=places)
     if check:
         raise typer.Exit(_check_code(result))
 

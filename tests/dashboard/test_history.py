@@ -169,3 +169,46 @@ def test_local_history_keeps_each_stages_instant_errors_options_and_states(histo
     assert "No rewrites to verify" not in page
     assert "skipped" in page and "no harness and no Hugging Face model class" in page
     assert "Not benchmarked (the scan ran without --bench)" in page
+
+
+def test_cli_history_keeps_each_findings_place_and_code_that_moved_stays_open(history_url, tmp_path):
+    import json
+
+    from sqlalchemy import create_engine, select
+    from sqlalchemy.orm import Session
+
+    from app.db.models import Finding
+    from engine.cli import app
+
+    model = tmp_path / "proj"
+    model.mkdir()
+    source = (ROOT / "examples" / "minigpt" / "model.py").read_text()
+    (model / "model.py").write_text(source)
+    runner = CliRunner()
+    first = runner.invoke(app, ["scan", str(model), "--format", "sarif"])
+    assert first.exit_code == 0, first.output
+    sarif = json.loads(first.output)["runs"][0]["results"]
+    engine = create_engine(history_url)
+    with Session(engine) as session:
+        rows = session.scalars(select(Finding).order_by(Finding.id)).all()
+        assert len(rows) == len(sarif) > 0
+        for row, result in zip(rows, sarif, strict=True):  # what the App's scan stage stores, as SARIF says
+            assert row.fingerprint == result["partialFingerprints"]["adopterMatchHash/v1"]
+            region = result["locations"][0]["physicalLocation"]["region"]
+            assert (row.locations[0]["start_line"], row.locations[0]["start_column"]) == (
+                region["startLine"], region["startColumn"])
+            assert row.class_name == result["properties"]["class"]
+            assert row.method_name == result["properties"]["method"]
+    # --apply writes the files after the scan: the places are the scanned text's
+    applied = runner.invoke(app, ["scan", str(model), "--apply", "--no-history"])
+    assert applied.exit_code == 0, applied.output
+    (model / "model.py").write_text("# a licence header\n" * 7 + source)  # the same code, 7 lines down
+    assert runner.invoke(app, ["scan", str(model)]).exit_code == 0
+    engine.dispose()
+    client = local_client(history_url)
+    scans = client.get("/api/scans").json()
+    repo = client.get(f"/api/scans/{scans['items'][0]['id']}").json()["scan"]["repository_id"]
+    changes = client.get(f"/api/repositories/{repo}").json()["changes"]
+    assert changes["new"] == [] and changes["fixed"] == []
+    assert sorted(f["line"] for f in changes["still_open"]) == sorted(
+        r["locations"][0]["physicalLocation"]["region"]["startLine"] + 7 for r in sarif)
