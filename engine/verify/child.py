@@ -288,6 +288,22 @@ def zero_dropout(model) -> None:
                 setattr(module, name, 0.0)
 
 
+SWITCHED_ON_P = 0.1
+
+
+def switch_dropout_on(model) -> None:
+    """Dropout on where the model ships it at 0 (Swin's attention dropout, a harness built with
+    dropout 0): a rewrite must drop exactly when the original does for any probability, and at 0
+    neither drops, so a kernel told to drop in eval mode would go unseen. Probabilities the model
+    ships with are kept."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.modules.dropout._DropoutNd) and module.p == 0.0:
+            module.p = SWITCHED_ON_P
+        for name, value in list(vars(module).items()):
+            if isinstance(value, float) and value == 0.0 and "drop" in name.lower():
+                setattr(module, name, SWITCHED_ON_P)
+
+
 def reinit(model, seed: int) -> None:
     """Replace the weights by ones drawn with a fan-in scale. Initialisers of research code often use
     tiny weights (std 0.02) under which attention is nearly uniform and a wrong scale goes unnoticed;
@@ -429,15 +445,17 @@ def _error(exc: BaseException, phase: str) -> dict:
 def shipped_probe(case: dict, job: dict, model, inputs, built: Built) -> dict:
     """Eval and train mode with dropout as the model ships, not forced off: `F.dropout(x, p)` drops
     in eval mode too, and a rewrite must drop exactly when the original does. The model is built
-    again with its own dropout settings and given the weights in use; each mode runs twice under
-    different seeds, and whether the two outputs differ says whether the model drops in that mode.
-    The first eval output is kept for comparison where neither side drops."""
+    again with its own dropout settings (switched on where they are 0, ``switch_dropout_on``) and
+    given the weights in use; each mode runs twice under different seeds, and whether the two
+    outputs differ says whether the model drops in that mode. The first eval output is kept for
+    comparison where neither side drops."""
     try:
         again = build(case["target"], case.get("shape") or {}, no_dropout=False, hf_size=job.get("hf_size", "small"))
         shipped = again.model
         shipped.load_state_dict(model.state_dict(), strict=False)
     except Exception:  # noqa: BLE001 - a model that cannot be built twice is probed as built
         shipped = copy.deepcopy(model)
+    switch_dropout_on(shipped)
     drops: dict = {}
     tensors: dict = {}
     with torch.no_grad():

@@ -89,3 +89,12 @@ def test_forged_probe_reports_are_rejected(forged):
     with pytest.raises(MalformedMessage):
         _probes(forged, "case")
     assert _probes({"bfloat16": {"status": "error", "message": "x\x1b[31m"}}, "case")["bfloat16"]["message"] == "x?[31m"
+
+
+def test_dropout_shipped_at_zero_is_switched_on_for_the_dropout_probe_and_other_rates_are_kept():
+    model = torch.nn.Sequential(torch.nn.Dropout(0.0), torch.nn.Dropout(0.3))
+    model[0].attn_drop_rate = 0.0  # a float attribute read by F.dropout(x, self.attn_drop_rate)
+    model[1].proj_drop = 0.2
+    child.switch_dropout_on(model)
+    assert model[0].p == child.SWITCHED_ON_P and model[1].p == 0.3
+    assert model[0].attn_drop_rate == child.SWITCHED_ON_P and model[1].proj_drop == 0.2

@@ -14,6 +14,7 @@ from engine.verify import Verifier, VerifyConfig  # noqa: E402
 from engine.verify import result as R  # noqa: E402
 from tests.engine.verify.fixtures import (  # noqa: E402
     ATTENTION_BLOCK,
+    HARNESS,
     masked_rewrite,
     sdpa_rewrite,
     write_masked_repo,
@@ -159,3 +160,17 @@ def test_low_precision_errors_are_listed_but_not_the_headline_error(verifier, re
     low = next(c for c in result.cases if c.run == "probe:bfloat16")
     assert low.passed and not low.headline and low.max_rel_err > 1e-4
     assert result.max_rel_err < 1e-5  # the float32 comparisons' error, as the pull request reports it
+
+
+def test_dropout_in_eval_mode_fails_where_the_model_ships_without_dropout(tmp_path):
+    """A model shipped with dropout 0 (Swin's attention dropout): neither side drops as shipped, so
+    the probe switches dropout on, and the rewrite that drops in eval mode shows."""
+    repo = write_repo(tmp_path / "repo", harness=HARNESS.replace("dropout=0.1", "dropout=0.0"))
+    assert "dropout=0.0" in (repo / "harness.py").read_text()
+    rewrite = sdpa_rewrite(repo)["model.py"].replace("dropout_p=self.drop.p if self.training else 0.0",
+                                                     "dropout_p=self.drop.p")
+    with Verifier(repo, config=_config()) as verifier:
+        assert verifier.check(sdpa_rewrite(repo), (SDPA,)).passed
+        result = verifier.check({"model.py": rewrite}, (SDPA,))
+    assert result.status == R.FAILED, result.message
+    assert "eval mode the original does not drop and the rewrite does" in result.message
