@@ -62,7 +62,7 @@ def pair_findings(before: list[Finding], after: list[Finding]) -> tuple[list, li
                      lambda o, f: o.line == f.line):
             unpaired = []
             for f in cur_left:
-                match = _take(old_left, lambda o, f=f: same(o, f))
+                match = _take(old_left, lambda o, f=f, same=same: same(o, f))
                 (still if match is not None else unpaired).append(f)
             cur_left = unpaired
         # The rest in line order, where one side has no fingerprint to tell them apart by.
