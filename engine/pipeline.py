@@ -158,6 +158,29 @@ def _row(result) -> dict:
                                                                   "cases": data["cases"]}
 
 
+def bench_rounds(progress, config) -> Callable[[int, int], None]:
+    """The benchmark's ``on_round(done, total)`` as progress steps. Up to the fewest rounds the count
+    and its time left are those rounds'; past them rounds go on until the speedup's interval is
+    narrow enough or the time budget for rounds ends, so the count has no total and the time left
+    is at most what the budget leaves (the rounds' start is estimated from their pace). The last
+    round (``done == total``) closes the count."""
+    fewest, ends = config.repeats, []
+
+    def on_round(done: int, total: int) -> None:
+        ends.append(time.monotonic())
+        pace = (ends[-1] - ends[0]) / (len(ends) - 1) if len(ends) > 1 else None
+        if done >= total:
+            progress.step(f"round {done}/{done}", total=done)
+        elif done < fewest:
+            progress.step(f"round {done}/{fewest}", left_s=pace * (fewest - done) if pace is not None else None)
+        else:
+            spent = ends[-1] - ends[0] + (pace or 0.0)
+            progress.step(f"round {done}, more until the speedup's 95% interval is within "
+                          f"+/- {config.ci_tolerance:.0%}", total=None, left_s=max(0.0, config.budget_s - spent))
+
+    return on_round
+
+
 def _now() -> str:
     return datetime.now(UTC).isoformat()
 
@@ -252,7 +275,7 @@ def verify_and_bench(result: ScanResult, root: Path | str | None = None, *, veri
             bench_target = targets[0]
         if progress is not None:
             progress.stage("bench", bench_config.repeats)
-        watch = {"on_round": lambda done, total: progress.step(f"round {done}/{total}")} if progress else {}
+        watch = {"on_round": bench_rounds(progress, bench_config)} if progress else {}
         bench_result = run_bench(base, files, bench_target, config=bench_config, **watch)
         out["benchmark"] = bench_result.to_dict()
     elif bench:

@@ -3,7 +3,9 @@ watching a terminal: a live display through rich on a TTY, plain lines otherwise
 
 The stages only call ``stage(name, total)`` and ``step(detail)``; the time left is estimated here
 from the steps done so far (each verification check and each benchmark round takes about as long
-as the one before), so a stage needs to know nothing about displays.
+as the one before), so a stage needs to know nothing about displays. A stage whose end is not a
+count (benchmark rounds past the fewest run until the interval is narrow or a time budget ends)
+passes ``step(detail, total=None, left_s=...)``: no total, and the time left it knows.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import sys
 import time
 from typing import TextIO
 
+KEEP = object()  # step(total=KEEP): the stage's total stays as it was
+
 
 class Progress:
     """Does nothing: the default for library callers."""
@@ -19,8 +23,9 @@ class Progress:
     def stage(self, name: str, total: int | None = None) -> None:
         pass
 
-    def step(self, detail: str = "") -> None:
-        pass
+    def step(self, detail: str = "", *, total=KEEP, left_s: float | None = None) -> None:
+        """One step done. ``total``: the stage's new total (None: open-ended); ``left_s``: the time
+        left as the stage knows it, instead of the estimate from the steps so far."""
 
     def at(self, done: int, total: int, detail: str = "") -> None:
         """Where a stage with many quick steps is (files scanned): shown live only, never as lines."""
@@ -50,10 +55,12 @@ class LineProgress(Progress):
     def stage(self, name: str, total: int | None = None) -> None:
         self.name, self.total, self.done, self.started = name, total, 0, time.monotonic()
 
-    def step(self, detail: str = "") -> None:
+    def step(self, detail: str = "", *, total=KEEP, left_s: float | None = None) -> None:
         self.done += 1
+        if total is not KEEP:
+            self.total = total
         count = f"{self.done}/{self.total}" if self.total else str(self.done)
-        eta = _eta(self.started, self.done, self.total)
+        eta = left_s if left_s is not None else _eta(self.started, self.done, self.total)
         left = f" (about {_duration(eta)} left)" if eta is not None else ""
         print(f"{self.name} {count}{': ' + detail if detail else ''}{left}", file=self.out, flush=True)
 
@@ -75,9 +82,10 @@ class RichProgress(Progress):
     def stage(self, name: str, total: int | None = None) -> None:
         self.task = self.bar.add_task("", total=total, stage=name)
 
-    def step(self, detail: str = "") -> None:
-        if self.task is not None:
-            self.bar.update(self.task, advance=1, description=detail[-50:])
+    def step(self, detail: str = "", *, total=KEEP, left_s: float | None = None) -> None:
+        if self.task is not None:  # rich estimates the time left from the bar's own pace
+            extra = {} if total is KEEP else {"total": total}
+            self.bar.update(self.task, advance=1, description=detail[-50:], **extra)
 
     def at(self, done: int, total: int, detail: str = "") -> None:
         if self.task is not None:

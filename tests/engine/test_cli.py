@@ -207,3 +207,30 @@ def test_progress_lines_name_the_stage_the_step_and_the_time_left(minigpt, monke
     assert [line.split(" (about")[0] for line in shown] == [
         "bench 1/3: round 1/3", "bench 2/3: round 2/3", "bench 3/3: round 3/3"]
     assert all("left)" in line for line in shown[:2]) and "left" not in shown[2]
+
+
+def test_bench_rounds_past_the_fewest_have_no_total_and_the_budget_bounds_the_time_left(minigpt, monkeypatch):
+    import engine.pipeline as pipeline
+    from engine.bench import BenchResult
+    from engine.progress import LineProgress
+    from engine.scan import scan_path
+
+    def fake_bench(root, files, target=None, *, config=None, on_round=None):  # as engine.bench.bench calls it
+        for done in range(1, 6):
+            stopped = done == 5  # converged after five rounds
+            on_round(done, max(config.repeats, done + (not stopped)))
+        return BenchResult("ok", device="cpu", dtype="float32", baseline_step_s=0.2, optimized_step_s=0.1,
+                           speedup=2.0)
+
+    monkeypatch.setattr("engine.bench.bench", fake_bench)
+    lines = io.StringIO()
+    pipeline.verify_and_bench(scan_path(minigpt, rules="gelu-tanh"), minigpt, verify=False, bench=True, repeats=3,
+                              bench_budget_s=120, progress=LineProgress(lines))
+    shown = lines.getvalue().splitlines()
+    assert [line.split(" (about")[0] for line in shown] == [
+        "bench 1/3: round 1/3", "bench 2/3: round 2/3",
+        "bench 3: round 3, more until the speedup's 95% interval is within +/- 5%",
+        "bench 4: round 4, more until the speedup's 95% interval is within +/- 5%",
+        "bench 5/5: round 5/5"]
+    assert all(line.endswith(("1 min 59 s left)", "2 min 00 s left)")) for line in shown[2:4]), shown
+    assert "left" not in shown[4]
