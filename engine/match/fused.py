@@ -20,7 +20,7 @@ where `F.layer_norm` is not).
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from engine.extract.imports import Imports
@@ -55,6 +55,11 @@ def _kernel_names(kernel: str) -> tuple[str, ...]:
     return (kernel, *EQUIVALENT_KERNELS.get(kernel, ()))
 
 
+def _spelled(name: str, text: str) -> bool:
+    """Whether the last part of a kernel's qualified name (or of a package prefix) is in `text`."""
+    return name.rstrip(".").rsplit(".", 1)[-1] in text
+
+
 def _is_kernel(name: str | None, names: tuple[str, ...]) -> bool:
     if not name:
         return False
@@ -62,16 +67,17 @@ def _is_kernel(name: str | None, names: tuple[str, ...]) -> bool:
 
 
 class _File:
-    """The parsed file: its functions, who calls whom, and where each node sits."""
+    """The parsed file: its functions, who calls whom, and where each node sits. What a check needs
+    is computed once per file, on first use: the calls in each function, each function's parent
+    links (only for functions a check enters), the kernel calls per kernel."""
 
     def __init__(self, tree: ast.Module, module: str) -> None:
         self.imports = Imports(tree, module)
-        self.parent: dict[ast.AST, ast.AST] = {}
         self.functions: list[tuple[str | None, _Func]] = []  # (class name or None, def)
         self.class_of: dict[_Func, str | None] = {}
-        for node in ast.walk(tree):
-            for child in ast.iter_child_nodes(node):
-                self.parent[child] = node
+        self._calls: dict[_Func, list[ast.Call]] = {}
+        self._parents: dict[_Func, dict[ast.AST, ast.AST]] = {}
+        self._kernel_calls: dict[tuple[str, ...], dict[_Func, list[ast.Call]]] = {}
         for stmt in tree.body:
             if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef):
                 self.functions.append((None, stmt))
@@ -82,12 +88,13 @@ class _File:
         for cls, fn in self.functions:
             self.class_of[fn] = cls
 
-    def enclosing_function(self, node: ast.AST) -> _Func | None:
-        while node in self.parent:
-            node = self.parent[node]
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node in self.class_of:
-                return node
-        return None
+    def parents(self, fn: _Func) -> dict[ast.AST, ast.AST]:
+        """Each node of `fn` (below it) to the node holding it."""
+        found = self._parents.get(fn)
+        if found is None:
+            found = {child: node for node in ast.walk(fn) for child in ast.iter_child_nodes(node)}
+            self._parents[fn] = found
+        return found
 
     def callee(self, call: ast.Call, caller_class: str | None) -> _Func | None:
         """The function of this file a call invokes, where that is plain from the call: `name(...)` of
@@ -100,13 +107,21 @@ class _File:
                         None)
         return None
 
-    def calls(self, fn: _Func) -> Iterator[ast.Call]:
-        for node in ast.walk(fn):
-            if isinstance(node, ast.Call):
-                yield node
+    def calls(self, fn: _Func) -> list[ast.Call]:
+        found = self._calls.get(fn)
+        if found is None:
+            found = [node for node in ast.walk(fn) if isinstance(node, ast.Call)]
+            self._calls[fn] = found
+        return found
 
     def kernel_calls(self, names: tuple[str, ...]) -> dict[_Func, list[ast.Call]]:
         """Per function: the calls in it that run the kernel, directly or through local wrappers."""
+        cached = self._kernel_calls.get(names)
+        if cached is None:
+            cached = self._kernel_calls[names] = self._find_kernel_calls(names)
+        return cached
+
+    def _find_kernel_calls(self, names: tuple[str, ...]) -> dict[_Func, list[ast.Call]]:
         fusing: set[_Func] = set()
         for _ in range(_WRAPPER_DEPTH + 1):
             grew = False
@@ -135,8 +150,9 @@ class _File:
         """The path from `fn` down to `node`: which field (and list position) each step takes."""
         path: list[_Step] = []
         child = node
-        while child is not fn and child in self.parent:
-            parent = self.parent[child]
+        parents = self.parents(fn)
+        while child is not fn and child in parents:
+            parent = parents[child]
             for name, value in ast.iter_fields(parent):
                 if value is child:
                     path.append(_Step(parent, name, 0))
@@ -244,6 +260,9 @@ def mark_already_fused(text: str, module: str, findings: list, kernels: dict[str
     `kernels` maps a rule id to its kernel's qualified name; findings of other rules are left alone.
     """
     todo = [f for f in findings if f.status in ("rewritten", "guarded") and kernels.get(f.rule_id)]
+    # A kernel call is written with the kernel's own name somewhere in the file (the call, or the
+    # import that aliases it): a file that never spells one has no fused path to find.
+    todo = [f for f in todo if any(_spelled(name, text) for name in _kernel_names(kernels[f.rule_id]))]
     if not todo:
         return
     try:

@@ -45,15 +45,22 @@ def _mentions(text: str, names: set[str], attrs: set[str]) -> tuple[dict[str, se
     def line_of(offset: int) -> int:
         return bisect.bisect_right(starts, offset) - 1
 
+    # one pass over the identifiers, looked up in the sets (an alternation of every name would be
+    # tried at every position of the file)
     if names:
-        pattern = r"(?<![\w.])(" + "|".join(re.escape(n) for n in sorted(names)) + r")\b"
-        for m in re.finditer(pattern, text):
-            bare.setdefault(m.group(1), set()).add(line_of(m.start()))
+        for m in _BARE.finditer(text):
+            if m.group() in names:
+                bare.setdefault(m.group(), set()).add(line_of(m.start()))
     if attrs:
-        alternatives = "|".join(re.escape(a) for a in sorted(attrs))
-        for m in re.finditer(rf"\.\s*({alternatives})\b|[\"']({alternatives})[\"']", text):
-            dotted.setdefault(m.group(1) or m.group(2), set()).add(line_of(m.start()))
+        for m in _DOTTED.finditer(text):
+            name = m.group(1) or m.group(2)
+            if name in attrs:
+                dotted.setdefault(name, set()).add(line_of(m.start()))
     return bare, dotted
+
+
+_BARE = re.compile(r"(?<![\w.])[^\W\d]\w*")
+_DOTTED = re.compile(r"\.\s*([^\W\d]\w*)|[\"']([^\W\d]\w*)[\"']")
 
 
 def _unused_imports(text: str) -> set[str] | None:
