@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import bisect
+import functools
 import json
 import re
 import subprocess
@@ -45,22 +46,25 @@ def _mentions(text: str, names: set[str], attrs: set[str]) -> tuple[dict[str, se
     def line_of(offset: int) -> int:
         return bisect.bisect_right(starts, offset) - 1
 
-    # one pass over the identifiers, looked up in the sets (an alternation of every name would be
-    # tried at every position of the file)
     if names:
-        for m in _BARE.finditer(text):
-            if m.group() in names:
-                bare.setdefault(m.group(), set()).add(line_of(m.start()))
+        for m in _bare_pattern(frozenset(names)).finditer(text):
+            bare.setdefault(m.group(1), set()).add(line_of(m.start()))
     if attrs:
-        for m in _DOTTED.finditer(text):
-            name = m.group(1) or m.group(2)
-            if name in attrs:
-                dotted.setdefault(name, set()).add(line_of(m.start()))
+        for m in _dotted_pattern(frozenset(attrs)).finditer(text):
+            dotted.setdefault(m.group(1) or m.group(2), set()).add(line_of(m.start()))
     return bare, dotted
 
 
-_BARE = re.compile(r"(?<![\w.])[^\W\d]\w*")
-_DOTTED = re.compile(r"\.\s*([^\W\d]\w*)|[\"']([^\W\d]\w*)[\"']")
+@functools.lru_cache(maxsize=256)
+def _bare_pattern(names: frozenset[str]) -> re.Pattern:
+    # one alternation (the engine's literal prefilter makes it faster than a pass over every identifier)
+    return re.compile(r"(?<![\w.])(" + "|".join(re.escape(n) for n in sorted(names)) + r")\b")
+
+
+@functools.lru_cache(maxsize=256)
+def _dotted_pattern(attrs: frozenset[str]) -> re.Pattern:
+    alternatives = "|".join(re.escape(a) for a in sorted(attrs))
+    return re.compile(rf"\.\s*({alternatives})\b|[\"']({alternatives})[\"']")
 
 
 def _unused_imports(text: str) -> set[str] | None:
