@@ -2,9 +2,12 @@
 
 Each mutant takes the text of a correct rewrite (one holding a call of
 `scaled_dot_product_attention`) and breaks it in one way a rewrite rule could plausibly get wrong:
-the scale off by sqrt(d), the mask inverted or turned into the other kind, the mask dropped,
-dropout left on in eval mode, the output transposed, the kernel hidden behind a guard that no
-input takes, and (on the original code) the softmax over the wrong axis. A verifier worth its name
+the scale off by sqrt(d), the mask inverted or turned into the other kind, the mask dropped, the
+fix-up of fully masked rows dropped (a boolean mask where the original's finite fill averages v),
+an additive bias dropped, dropout left on in eval mode, the output transposed, the kernel hidden
+behind a guard that no input takes, and (on the original code) the softmax over the wrong axis,
+which ``ON_ORIGINAL`` holds apart: it has no kernel call, so it must be caught by its numbers, not
+by coverage. A verifier worth its name
 rejects every one; ``benchmarks/mutation_score.py`` reports the share it rejects.
 
 A mutant that does not apply to a text (no mask to invert) returns None.
@@ -105,6 +108,67 @@ def mask_dropped(text: str) -> str | None:
     return _edit_args(text, edit)
 
 
+_ROWS = r"(?P<rows>.+?)\.all\(-1, keepdim=True\)"
+
+
+def fix_up_dropped(text: str) -> str | None:
+    """The exact form of a fully masked row undone: the boolean keep mask passed without the rows'
+    unmasking and zeroed queries (`attn_mask=~(mask == 0)` for `masked_fill(mask == 0, -1e9)`), or
+    the -inf fill of a float mask without its rows' exemption, and without the NaN put back on rows
+    the original leaves NaN. On a fully masked row the original averages v (finite fill) or gives
+    NaN (-inf); this gives what the kernel gives for a row with no key to attend to."""
+    span = _call_span(text)
+    if span is None:
+        return None
+    start, args_start, end = span
+    args = [a.strip() for a in _split_args(text[args_start:end - 1])]
+    changed = False
+    m = re.fullmatch(r"(?P<q>.+)\.masked_fill\(" + _ROWS + r",\s*0\)", args[0], re.S) if args else None
+    if m is not None:
+        args[0], changed = m.group("q").strip(), True
+    i = _kwarg(args, "attn_mask")
+    if i is not None:
+        mask = args[i][len("attn_mask="):].strip()
+        keep = re.fullmatch(r"(?P<keep>.+?)\s*\|\s*" + _ROWS, mask, re.S)
+        where = re.fullmatch(r"torch\.where\(\s*" + _ROWS + r",\s*0\.0,\s*(?P<rest>.+)\)", mask, re.S)
+        if keep is not None:
+            args[i], changed = f"attn_mask={keep.group('keep').strip()}", True
+        elif where is not None:
+            args[i], changed = f"attn_mask={where.group('rest').strip()}", True
+    after = text[end:]
+    tail = re.match(r"\s*\.masked_fill\(" + _ROWS + r",\s*float\('nan'\)\)", after, re.S)
+    if tail is not None:
+        after, changed = after[tail.end():], True
+    if not changed:
+        return None
+    return text[:args_start] + ", ".join(args) + text[end - 1:end] + after
+
+
+def bias_dropped(text: str) -> str | None:
+    """An additive term of the float mask lost: the last term of a sum (`keep_fill + attention_mask`
+    becomes `keep_fill`), or a bias passed as the whole mask (a relative position bias)."""
+    import ast
+
+    def edit(args):
+        i = _kwarg(args, "attn_mask")
+        if i is None:
+            return None
+        mask = args[i][len("attn_mask="):].strip()
+        try:
+            tree = ast.parse(mask, mode="eval").body
+        except SyntaxError:
+            return None
+        if isinstance(tree, ast.BinOp) and isinstance(tree.op, ast.Add):
+            args[i] = f"attn_mask={ast.unparse(tree.left)}"
+            return args
+        boolean = any(isinstance(node, (ast.Invert, ast.BitOr, ast.BitAnd, ast.Compare, ast.Not))
+                      for node in ast.walk(tree))
+        if "bias" in mask and not boolean:
+            return [a for j, a in enumerate(args) if j != i]
+        return None
+    return _edit_args(text, edit)
+
+
 def dropout_in_eval(text: str) -> str | None:
     def edit(args):
         i = _kwarg(args, "dropout_p")
@@ -187,7 +251,9 @@ MUTANTS: dict[str, Callable[[str], str | None]] = {
     "scale off by sqrt(d)": scale_off_by_sqrt_d,
     "mask inverted": mask_inverted,
     "mask converted to the other kind": mask_wrong_kind,
+    "bias dropped": bias_dropped,  # before "mask dropped": a mask that is all bias is named for it
     "mask dropped": mask_dropped,
+    "fully masked rows' fix-up dropped": fix_up_dropped,
     "dropout in eval mode": dropout_in_eval,
     "output transposed": output_transposed,
     "kernel never runs": kernel_never_runs,
@@ -198,11 +264,12 @@ ON_ORIGINAL: dict[str, Callable[[str], str | None]] = {
 
 
 def mutants(original: str, rewritten: str) -> dict[str, str]:
-    """Every mutant that applies, by name."""
+    """Every mutant that applies, by name; one that only repeats an earlier one's text (a mask that is
+    all bias: dropping it is both "mask dropped" and "bias dropped") is kept under the first name."""
     out: dict[str, str] = {}
     for name, make in MUTANTS.items():
         text = make(rewritten)
-        if text is not None and text != rewritten:
+        if text is not None and text != rewritten and text not in out.values():
             out[name] = text
     for name, make in ON_ORIGINAL.items():
         text = make(original)
