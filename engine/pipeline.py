@@ -161,22 +161,24 @@ def _row(result) -> dict:
 def bench_rounds(progress, config) -> Callable[[int, int], None]:
     """The benchmark's ``on_round(done, total)`` as progress steps. Up to the fewest rounds the count
     and its time left are those rounds'; past them rounds go on until the speedup's interval is
-    narrow enough or the time budget for rounds ends, so the count has no total and the time left
-    is at most what the budget leaves (the rounds' start is estimated from their pace). The last
-    round (``done == total``) closes the count."""
+    narrow enough or the time budget for rounds ends, so the count has no total. The time left is
+    never more than the budget leaves (the budget ends the rounds before the fewest too), estimated
+    from the rounds' own pace, not from the stage's start: building both models and warming up come
+    before the first round."""
     fewest, ends = config.repeats, []
 
     def on_round(done: int, total: int) -> None:
         ends.append(time.monotonic())
         pace = (ends[-1] - ends[0]) / (len(ends) - 1) if len(ends) > 1 else None
+        budget_left = max(0.0, config.budget_s - (ends[-1] - ends[0] + (pace or 0.0)))
         if done >= total:
             progress.step(f"round {done}/{done}", total=done)
         elif done < fewest:
-            progress.step(f"round {done}/{fewest}", left_s=pace * (fewest - done) if pace is not None else None)
+            progress.step(f"round {done}/{fewest}",
+                          left_s=min(pace * (fewest - done), budget_left) if pace is not None else budget_left)
         else:
-            spent = ends[-1] - ends[0] + (pace or 0.0)
             progress.step(f"round {done}, more until the speedup's 95% interval is within "
-                          f"+/- {config.ci_tolerance:.0%}", total=None, left_s=max(0.0, config.budget_s - spent))
+                          f"+/- {config.ci_tolerance:.0%}", total=None, left_s=budget_left)
 
     return on_round
 

@@ -234,3 +234,5 @@ def test_bench_rounds_past_the_fewest_have_no_total_and_the_budget_bounds_the_ti
         "bench 5/5: round 5/5"]
     assert all(line.endswith(("1 min 59 s left)", "2 min 00 s left)")) for line in shown[2:4]), shown
     assert "left" not in shown[4]
+    # the first round's time left is the budget's, not an estimate from the build and the warm-up
+    assert shown[0].endswith(("1 min 59 s left)", "2 min 00 s left)")), shown
