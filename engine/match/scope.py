@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from engine.dsl.ir import Cond, Const, FileModel, Node, Pos, Sym, Var
 from engine.match import constraints
 from engine.match.matcher import FileIndexes, Finding, Match, MethodIndex, match_method
@@ -138,7 +140,7 @@ def _only_feeds_dropped_argument(use: Node, match: Match, ix: MethodIndex) -> li
                                                             for i in user.inputs[:1]):
                         return None  # the call's tensor itself
                     bound = [v for v, b in match.bindings.items() if isinstance(b, Var) and b.name == name]
-                    if not bound or any(f"${v}" in rewrite for v in bound):
+                    if not bound or any(_in_template(v, rewrite) for v in bound):
                         return None  # an argument the rewrite keeps
                     continue
                 if id(user) in seen:
@@ -287,6 +289,7 @@ def _covered(match: Match, cid: int, taken: bool, siblings: list[Match], ix: Met
     """A decision is covered when the other branch matches too, with an optional statement absent
     whose input is None exactly there (`if attention_mask is not None: s = s + attention_mask`):
     the kernel then receives the variable itself, which is None on that branch."""
+    summed = set(_SUMMED) if all(name in match.bindings for name in _SUMMED) else set()
     for other in siblings:
         if other is match or other.conditions.get(cid) != (not taken):
             continue
@@ -309,10 +312,22 @@ def _covered(match: Match, cid: int, taken: bool, siblings: list[Match], ix: Met
                 or compare.inputs[1] != Const(None):
             continue
         subject = compare.inputs[0]
-        bound = [v for v in match.bindings.values() if isinstance(v, Var)]
+        bound = [v for key, v in match.bindings.items() if isinstance(v, Var) and key not in summed]
         if any(isinstance(subject, Var) and b.name == subject.name for b in bound):
             return True
     return False
+
+
+# Bindings the attention rewrite adds up into one mask when both are bound (engine/synthesize/layout.py):
+# there a None on one path is no pass-through (`None + bias` raises), so that path keeps the original;
+# `$mask` in a template stands for both.
+_SUMMED = ("mask", "mask2")
+
+
+def _in_template(name: str, rewrite: str) -> bool:
+    """Whether the rewrite template reads the binding `name` (as `$name`, or through the sum it is part of)."""
+    names = set(re.findall(r"\$([A-Za-z_]\w*)", rewrite))
+    return name in names or (name in _SUMMED and _SUMMED[0] in names)
 
 
 def find(files: list[FileModel], rules: list[Rule], *, near_misses: bool = True) -> list[Finding]:
@@ -340,8 +355,7 @@ def _find_rule(rule: Rule, indexes: list[MethodIndex], near_misses: bool) -> lis
                 by_root.setdefault(id(m.root), []).append(m)
         for group in by_root.values():
             # the fullest match (most nodes) of a root is the one to rewrite
-            best = max(group, key=lambda m: (m.pattern is None or m.pattern.near_miss is None, len(m.nodes),
-                                             -len(m.extra_conditions)))
+            best = max(group, key=_fullness)
             key = best.location_key
             previous = chosen.get(key)
             # a location seen both in a helper's own body and inlined into a caller: keep the
@@ -349,7 +363,7 @@ def _find_rule(rule: Rule, indexes: list[MethodIndex], near_misses: bool) -> lis
             if previous is None or len(best.root.via) < len(previous[0].root.via):
                 chosen[key] = (best, ix, group)
     # code already in the rule's rewritten form is no finding (analyse: None)
-    results = [analyse(m, ix, group) for m, ix, group in chosen.values() if not in_rewritten_form(m, ix)]
+    results = [_least_guarded(m, ix, group) for m, ix, group in chosen.values() if not in_rewritten_form(m, ix)]
     # structures that differ only in a constant, where nothing matched exactly: near-misses
     strict_positions = {p for key in chosen for p in key}  # (position, target) pairs
     relaxed_seen: set[frozenset] = set()
@@ -363,6 +377,26 @@ def _find_rule(rule: Rule, indexes: list[MethodIndex], near_misses: bool) -> lis
     results = _drop_contained([f for f in results if f is not None])
     results.sort(key=lambda f: (f.file, f.line, f.rule_id))
     return results
+
+
+def _least_guarded(best: Match, ix: MethodIndex, group: list[Match]) -> Finding | None:
+    """The finding of the fullest match of a root. Where that one sums two additive masks and so
+    needs a guard (a None on either's path is no pass-through), the fullest match with one mask is
+    taken instead when a rewrite can use it: it passes its mask as the kernel's optional one, so the
+    kernel runs wherever the other term is absent (BEiT's relative-position biases, MPNet's position
+    bias: one of them is None by default)."""
+    finding = analyse(best, ix, group)
+    if finding is None or finding.status != "guarded" or not all(name in best.bindings for name in _SUMMED):
+        return finding
+    single = [m for m in group if m is not best and not all(name in m.bindings for name in _SUMMED)]
+    if not single:
+        return finding
+    candidate = analyse(max(single, key=_fullness), ix, group)
+    return candidate if candidate is not None and candidate.status in ("rewritten", "guarded") else finding
+
+
+def _fullness(m: Match) -> tuple:
+    return (m.pattern is None or m.pattern.near_miss is None, len(m.nodes), -len(m.extra_conditions))
 
 
 def _drop_contained(results: list[Finding]) -> list[Finding]:

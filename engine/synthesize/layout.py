@@ -7,6 +7,7 @@ rules/sdpa-attention.rule):
   * `$pt` bound (`v @ p.transpose(-2, -1)`): the value is stored (..., feature, key) and the output
     is read back as (..., feature, query): the kernel gets `v.transpose(-2, -1)` and its result is
     transposed back;
+  * `$mask2` bound (a second additive mask, `s + bias + mask`): the kernel's mask is the sum of both;
   * `$temp` bound (a learned temperature constant along the last two axes): it multiplies the query,
     `(q * temp) @ k^T == (q @ k^T) * temp`, and the kernel's own scale stays as the template says.
 
@@ -144,6 +145,9 @@ def lookup(match: Match, base: Callable[[str], str | None],
         return None
 
     def adapted(name: str) -> str | None:
+        if name == "mask":  # several additive masks are one: their sum
+            terms = [t for t in (base("mask"), base("mask2")) if t is not None]
+            return " + ".join(terms) if terms else None
         if name not in ("q", "k", "v"):
             return base(name)
         swap = (name == "k" and _needs_key_swap(match)) or (name == "v" and "pt" in match.nodes)

@@ -300,6 +300,23 @@ class Attention(nn.Module):
 def build():
     return Attention(), (torch.randn(2, 6, 16), torch.randn(2, 7, 16))
 """),
+    ("two additive terms, a pair bias and a finite padding mask, in float32 (boltz)", "sdpa-attention", """
+class Attention(nn.Module):
+    def forward(self, q, k, v, z, mask):
+        attn = torch.einsum("bihd,bjhd->bhij", q.float(), k.float())
+        attn = attn / (8 ** 0.5) + z.float()
+        attn = attn + (1 - mask[:, None, None].float()) * -1e6
+        attn = attn.softmax(dim=-1)
+        return torch.einsum("bhij,bjhd->bihd", attn, v.float()).to(v.dtype)
+
+def build():
+    mask = (torch.rand(2, 7) > 0.3).float()
+    # a key kept per sample: where every key gets -1e6 both forms round at 1e6 (float32 ulp 0.06)
+    # in a different order, and neither is a meaningful value
+    mask[:, 0] = 1
+    return Attention(), (torch.randn(2, 5, 3, 8), torch.randn(2, 7, 3, 8), torch.randn(2, 7, 3, 8),
+                         torch.randn(2, 3, 5, 7), mask)
+"""),
     ("masked_fill with -finfo(dtype).max inside the call (vit-pytorch)", "sdpa-attention", """
 class Attention(nn.Module):
     def forward(self, q, k, v, mask):
