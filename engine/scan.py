@@ -41,7 +41,12 @@ def select_rules(spec: str = "default") -> list[Rule]:
     by_id = {r.id: r for r in every}
     unknown = [w for w in wanted if w not in by_id]
     if unknown:
-        raise RuleSelectionError(f"unknown rule id(s): {', '.join(unknown)}; known: {', '.join(sorted(by_id))}")
+        choices = [*sorted(by_id), "default", "paper", "all"]
+        named = []
+        for word in unknown:
+            close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+            named.append(f"{word} (did you mean {close[0]!r}?)" if close else word)
+        raise RuleSelectionError(f"unknown rule id(s): {', '.join(named)}; known: {', '.join(sorted(by_id))}")
     return [by_id[w] for w in wanted]
 
 

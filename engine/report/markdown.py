@@ -246,10 +246,10 @@ def _benchmark(b: Benchmark | None) -> list[str]:
     if b.baseline_peak_bytes is not None:
         if not b.optimized_peak_bytes or not b.baseline_peak_bytes:
             mem_ratio = "n/a"
-        elif b.optimized_peak_bytes <= b.baseline_peak_bytes:
-            mem_ratio = f"{b.baseline_peak_bytes / b.optimized_peak_bytes:.2f}x less"
+        elif b.optimized_peak_bytes <= b.baseline_peak_bytes:  # in the interval's unit: a share saved
+            mem_ratio = f"{1 - b.optimized_peak_bytes / b.baseline_peak_bytes:.1%} less"
         else:
-            mem_ratio = f"{b.optimized_peak_bytes / b.baseline_peak_bytes:.2f}x more"
+            mem_ratio = f"{b.optimized_peak_bytes / b.baseline_peak_bytes - 1:.1%} more"
         if b.memory_interval:
             mem_interval = " to ".join(f"{x:+.1%}" for x in b.memory_interval) + " saved"
         else:

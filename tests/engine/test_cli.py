@@ -106,6 +106,14 @@ def test_an_invalid_file_is_one_error_line_and_exit_2(minigpt):
     assert out.exit_code == 2 and out.output.count("\n") == 1 and "anchors and aliases" in out.output
 
 
+def test_an_unknown_rule_id_is_a_usage_error_with_a_suggestion(minigpt):
+    out = run("scan", str(minigpt), "--rules", "sdpa-atention,layer-norm")
+    assert out.exit_code == 2
+    assert "unknown rule id(s): sdpa-atention (did you mean 'sdpa-attention'?)" in out.output
+    out = run("scan", str(minigpt), "--rules", "zzz")
+    assert out.exit_code == 2 and "unknown rule id(s): zzz;" in out.output
+
+
 def test_the_scan_records_the_settings_it_ran_with(minigpt, tmp_path):
     from sqlalchemy import create_engine, text
 
