@@ -9,7 +9,8 @@ included, every class and method), (c) extracted and matched against every rule 
 match and synthesize every rewritable finding, as `adopter scan` does). The four measurements are interleaved round by
 round, so that a slow phase of a shared machine hits all of them alike, and the median of the
 rounds is reported with its ratio to the `ast.parse` median. Targets: extraction <= 2.0x,
-extraction + matching <= 2.5x, the whole rewriting scan <= 5x the `ast.parse` time. The targets are for the installed extractor,
+extraction + matching <= 2.0x (the shape and layout facts of engine/analysis included: matching asks
+for them), the whole rewriting scan <= 5x the `ast.parse` time. The targets are for the installed extractor,
 which setup.py compiles with mypyc where it can; the first lines say which one ran
 (`ADOPTER_PURE_PYTHON=1` times the interpreted one).
 
@@ -34,7 +35,7 @@ from engine.extract.extractor import extract_source  # noqa: E402
 from engine.extract.imports import module_name_for  # noqa: E402
 
 EXTRACT_TARGET = 2.0
-MATCH_TARGET = 2.5
+MATCH_TARGET = 2.0
 REWRITE_TARGET = 5.0
 
 
