@@ -48,8 +48,11 @@ class KernelCounter:
     the rewritten side's counts with the original's: a rewrite whose kernel never ran more often
     than in the original was not exercised, whatever its numbers say."""
 
+    MAX_SITES = 256  # call sites kept per kernel
+
     def __init__(self, specs) -> None:
         self.counts: dict = {}
+        self.sites: dict = {}  # spec -> "FILE:LINE" the call came from -> calls (coverage per call site)
         self.eligibility: dict = {}  # spec -> calls a fused kernel could take, calls only the math path can
         for spec in specs or ():
             self._install(spec)
@@ -67,12 +70,14 @@ class KernelCounter:
             return
         self.counts[spec] = 0
         counts = self.counts
+        record = self._record
         if isinstance(target, type):
             original_init = target.__init__
 
             def init(obj, *args, __init=original_init, **kwargs):
                 if keyword is None or kwargs.get(keyword):
                     counts[spec] += 1
+                    record(spec)
                 __init(obj, *args, **kwargs)
 
             target.__init__ = init
@@ -84,6 +89,7 @@ class KernelCounter:
         def wrapper(*args, __fn=target, **kwargs):
             if keyword is None or kwargs.get(keyword):
                 counts[spec] += 1
+                record(spec)
                 if probe is not None:
                     problem = probe(__fn, args, kwargs)
                     entry = eligibility.setdefault(spec, {"fused": 0, "math only": 0, "why": ""})
@@ -93,6 +99,19 @@ class KernelCounter:
 
         wrapper.__wrapped__ = target  # type: ignore[attr-defined]
         setattr(owner, attr, wrapper)
+
+    def _record(self, spec: str) -> None:
+        """Where the call came from: the frame that called the wrapper (repository code)."""
+        frame = sys._getframe(2)
+        place = f"{os.path.abspath(frame.f_code.co_filename)}:{frame.f_lineno}"
+        sites = self.sites.setdefault(spec, {})
+        if place in sites or len(sites) < self.MAX_SITES:
+            sites[place] = sites.get(place, 0) + 1
+
+    def take_sites(self) -> dict:
+        """The call sites since the last take."""
+        taken, self.sites = self.sites, {}
+        return taken
 
     def take(self) -> dict:
         """The counts since the last take."""
@@ -612,7 +631,7 @@ def probe_loss(sample, batch):
 def run_probes(built: Built, model, inputs, side: str, job: dict, saved: list | None) -> tuple:
     """Both sides run each probe in eval mode (dropout off): the input variants in the compared dtype
     (the original also in float64, the reference), and the harness's inputs in each low precision
-    of ``job["low_precision"]`` (bfloat16), held against the original's float64 run. ``saved``: the
+    of ``job["low_precision"]`` (bfloat16, float16), held against the original's float64 run. ``saved``: the
     variants the original made (the rewritten side runs exactly those). Returns (the variants made,
     tensors by "probe:LABEL|DTYPE|KEY", probe label -> {"status", "message"})."""
     if not job.get("probes", True):
@@ -676,6 +695,7 @@ def run_cases(job: dict) -> dict:
             zero_dropout(model)
             runs = []
             kernel_calls: dict = {}
+            COUNTER.take_sites()  # the compared runs' call sites only
             for mode in ("eval", "train"):
                 dtypes = [job.get("dtype", "float32")]
                 if side == "original" and job.get("fp64", True):
@@ -702,6 +722,7 @@ def run_cases(job: dict) -> dict:
             for key, value in shipped.pop("tensors").items():
                 saved_tensors[f"{name}|shipped|{key}"] = value
             eligibility = {k: dict(v) for k, v in COUNTER.eligibility.items()}  # of the compared runs only
+            kernel_sites = COUNTER.take_sites()
             phase = "probes"
             COUNTER.take()
             variants, probe_tensors, probes = run_probes(
@@ -712,8 +733,10 @@ def run_cases(job: dict) -> dict:
                 saved_tensors[f"{name}|{key}"] = value
             cases[name] = {"status": "ok", "runs": runs, "train_smoke_finite": smoke_finite,
                            "kernel_calls": kernel_calls, "shipped": shipped, "probes": probes,
+                           "kernel_sites": kernel_sites,
                            "kernel_eligibility": eligibility}
             COUNTER.take()
+            COUNTER.take_sites()
             COUNTER.eligibility.clear()
         except Exception as exc:  # noqa: BLE001 - every failure becomes a result
             cases[name] = _error(exc, phase)

@@ -88,6 +88,7 @@ def read_result_file(path: Path) -> dict:
             checked["shipped"] = _shipped(case.get("shipped"), name)
             checked["kernel_eligibility"] = _eligibility(case.get("kernel_eligibility"), name)
             checked["probes"] = _probes(case.get("probes"), name)
+            checked["kernel_sites"] = _kernel_sites(case.get("kernel_sites"), name)
         out["cases"][name] = checked
     return out
 
@@ -143,6 +144,27 @@ def _eligibility(value, case: str) -> dict:
         out[kernel] = {"fused": _count(entry.get("fused", 0), f"case {case}: fused calls"),
                        "math only": _count(entry.get("math only", 0), f"case {case}: math-only calls"),
                        "why": text(entry.get("why", ""), 500)}
+    return out
+
+
+_PLACE = re.compile(r"/[^\x00-\x1f:]{1,1000}:\d{1,7}")
+
+
+def _kernel_sites(value, case: str) -> dict:
+    """kernel -> "ABSOLUTE_PATH:LINE" a call came from -> calls (coverage per call site)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or len(value) > 64:
+        raise MalformedMessage(f"case {case}: malformed kernel sites")
+    out: dict = {}
+    for kernel, where in value.items():
+        if not isinstance(kernel, str) or not _KERNEL.fullmatch(kernel) or not isinstance(where, dict) or len(where) > 256:
+            raise MalformedMessage(f"case {case}: malformed kernel sites")
+        out[kernel] = {}
+        for place, n in where.items():
+            if not isinstance(place, str) or not _PLACE.fullmatch(place):
+                raise MalformedMessage(f"case {case}: malformed kernel site {text(repr(place), 80)}")
+            out[kernel][place] = _count(n, f"case {case}: a kernel site's call count")
     return out
 
 

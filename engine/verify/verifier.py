@@ -19,6 +19,7 @@ from engine.verify.merge import MergeConflict, merge_overlays
 from engine.verify.messages import MalformedMessage, read_result_file
 from engine.verify.result import Candidate, CandidatesResult, CaseResult, VerifyResult
 from engine.verify.sandbox import Limits, SandboxUnavailable, run_child
+from engine.verify.sites import Site, added_sites, unexercised
 from engine.verify.targets import HFTarget, Target, discover_targets
 from engine.verify.workspace import materialize, overlay_from, scratch_dir
 
@@ -45,7 +46,7 @@ class VerifyConfig:
     # like the harness's own (see child.probe_variants)
     probes: bool = True
     # also run eval mode in these dtypes on both sides, held against the original's float64 run
-    low_precision: tuple[str, ...] = ("bfloat16",)
+    low_precision: tuple[str, ...] = ("bfloat16", "float16")
 
     def limits(self) -> Limits:
         return Limits(timeout_s=self.timeout_s, memory_bytes=self.memory_bytes, threads=self.threads,
@@ -69,6 +70,7 @@ class _SideRun:
     reference_file: Path | None = None
     network_isolated: bool | None = None
     sandboxed: bool = False
+    tree_dir: str = ""  # the side's working copy (the files the child's kernel calls come from)
 
 
 MAX_TENSORS_BYTES = 8 * 1024**3
@@ -164,7 +166,7 @@ class Verifier:
         except OSError as exc:
             return _SideRun(R.ERROR, f"could not start the child: {exc}")
         out = _SideRun(R.PASSED, reference_file=reference_file, network_isolated=run.network_isolated,
-                       sandboxed=run.sandboxed)
+                       sandboxed=run.sandboxed, tree_dir=str(base / "tree"))
         if run.status == "timeout":
             out.status, out.message = R.TIMEOUT, f"stopped by the time limit after {run.elapsed_s:.0f}s"
             return out
@@ -219,6 +221,8 @@ class Verifier:
             groups.setdefault(_group_key(target), []).append(target)
         result = VerifyResult(R.PASSED, targets=[t.label for t in targets])
         statuses: list[tuple[str, str]] = []
+        sites = added_sites(self.root, overlay, kernels) if kernels else []
+        site_hits: list[tuple[dict, str]] = []  # (kernel -> place -> calls, the working copy they ran in)
         for key, members in groups.items():
             reference = self._reference(key + "|" + ",".join(t.label for t in members), members)
             result.network_isolated = reference.network_isolated
@@ -242,9 +246,12 @@ class Verifier:
                 continue
             statuses += self._compare(reference, candidate, result)
             _count_calls(reference, candidate, result, kernels)
+            site_hits.append((_site_hits(candidate), candidate.tree_dir))
             _eligibility(candidate, result, kernels)
         if kernels and not statuses and result.cases:
             statuses += _coverage(result, kernels)
+        if kernels and not statuses and result.cases and sites:
+            statuses += _site_coverage(sites, site_hits, result)
         if result.network_isolated is False:
             result.notes.append("network was not isolated (no `unshare -n` here); the child could reach the network")
         if not result.cases and not statuses:
@@ -466,6 +473,31 @@ def _count_calls(reference: _SideRun, candidate: _SideRun, result: VerifyResult,
                 for kernel, n in calls.items():
                     if kernel in kernels:
                         result.kernel_calls.setdefault(kernel, [0, 0])[side] += int(n)
+
+
+def _site_hits(candidate: _SideRun) -> dict:
+    """kernel -> "PATH:LINE" -> calls from there, over the rewritten side's compared runs."""
+    hits: dict = {}
+    for case in candidate.cases.values():
+        for kernel, where in (case.get("kernel_sites") or {}).items():
+            for place, n in where.items():
+                hits.setdefault(kernel, {})[place] = hits.get(kernel, {}).get(place, 0) + int(n)
+    return hits
+
+
+def _site_coverage(sites: list[Site], site_hits: list[tuple[dict, str]], result: VerifyResult) -> list[tuple[str, str]]:
+    """Each kernel call the rewrite adds must have run (in some target group's working copy): one
+    that never did is not exercised, whatever the others did."""
+    if not any(hits for hits, _ in site_hits):
+        result.notes.append("coverage per call site not measured: the child recorded no call sites")
+        return []
+    missing = [site for site in sites if all(site in unexercised([site], hits, tree) for hits, tree in site_hits)]
+    if not missing:
+        return []
+    where = ", ".join(site.label for site in missing[:8])
+    return [(R.NOT_EXERCISED, f"the rewrite's kernel call at {where} never ran during verification "
+             f"({len(sites) - len(missing)} of its {len(sites)} new call sites did): a guard or branch sent every "
+             "call there down the original code, or no verified model reaches it")]
 
 
 def _eligibility(candidate: _SideRun, result: VerifyResult, kernels: tuple[str, ...]) -> None:

@@ -98,3 +98,15 @@ def test_dropout_shipped_at_zero_is_switched_on_for_the_dropout_probe_and_other_
     child.switch_dropout_on(model)
     assert model[0].p == child.SWITCHED_ON_P and model[1].p == 0.3
     assert model[0].attn_drop_rate == child.SWITCHED_ON_P and model[1].proj_drop == 0.2
+
+
+def test_kernel_sites_are_carried_checked():
+    from engine.verify.messages import _kernel_sites
+
+    sdpa = "torch.nn.functional.scaled_dot_product_attention"
+    good = {sdpa: {"/tmp/adopter-verify-1/002-rewritten/tree/model.py:42": 3}}
+    assert _kernel_sites(good, "case") == good
+    for forged in ({sdpa: {"model.py:42": 1}}, {sdpa: {"/tmp/m.py:x": 1}}, {sdpa: {"/tmp/m.py:4": -1}},
+                   {"k; rm -rf /": {"/m.py:1": 1}}, {sdpa: {"/tmp/m\x1b.py:4": 1}}):
+        with pytest.raises(MalformedMessage):
+            _kernel_sites(forged, "case")

@@ -38,10 +38,10 @@ def test_candidates_keep_correct_rewrites_and_drop_a_wrong_scale(repo, verifier)
     assert sdpa.passed, sdpa.message
     runs = {(c.name, c.run) for c in sdpa.cases}
     # several shapes, batch size 1 among them, eval and train mode, the dropout smoke run, and eval
-    # mode with dropout as the model ships, and the probes (no mask input here: layout and bfloat16)
+    # mode with dropout as the model ships, and the probes (no mask input here: layout, bfloat16, float16)
     assert any("batch_size=1" in name for name, _ in runs)
     assert {run for _, run in runs} == {"eval|float32", "train|float32", "train-dropout", "eval-as-shipped",
-                                        "probe:non-contiguous inputs", "probe:bfloat16"}
+                                        "probe:non-contiguous inputs", "probe:bfloat16", "probe:float16"}
     assert sdpa.max_rel_err is not None and sdpa.max_rel_err < 1e-3
     # gradients of the input that requires grad and of every parameter were compared
     assert all(c.tensors >= 8 for c in sdpa.cases if c.run.startswith("eval|"))

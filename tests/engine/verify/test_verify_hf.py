@@ -34,7 +34,7 @@ def test_bert_self_attention_on_sdpa_passes(verifier):
     # the padded attention_mask probed at both extremes: a fully padded sample, and none padded
     assert {c.run for c in result.cases} == {"eval|float32", "train|float32", "train-dropout", "eval-as-shipped",
                                              "probe:mask input.attention_mask=0", "probe:mask input.attention_mask=1",
-                                             "probe:non-contiguous inputs", "probe:bfloat16"}
+                                             "probe:non-contiguous inputs", "probe:bfloat16", "probe:float16"}
     assert all(c.passed for c in result.cases)
     assert any("batch_size=1" in c.name for c in result.cases)
     assert (BERT / "modeling_bert.py").read_text() == installed  # the installed package is untouched

@@ -174,3 +174,20 @@ def test_dropout_in_eval_mode_fails_where_the_model_ships_without_dropout(tmp_pa
         result = verifier.check({"model.py": rewrite}, (SDPA,))
     assert result.status == R.FAILED, result.message
     assert "eval mode the original does not drop and the rewrite does" in result.message
+
+
+def test_a_new_kernel_call_that_never_ran_is_not_exercised_though_another_one_did(verifier, repo):
+    """Two kernel calls added, one on a path no verification input takes (and wrong: it would halve
+    the scale). Coverage summed over the file says the kernel ran; per call site it did not run at
+    the line of the second call, and that call's numbers were never checked."""
+    text = (repo / "model.py").read_text()
+    two = text.replace(ATTENTION_BLOCK, (
+        "        if x.shape[0] > 1000:\n"
+        "            y = F.scaled_dot_product_attention(q, k, v, scale=0.5 / math.sqrt(q.size(-1)))\n"
+        "        else:\n"
+        "            y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.drop.p if self.training else 0.0)\n"))
+    line = next(i for i, s in enumerate(two.splitlines(), 1) if "scale=0.5" in s)
+    result = verifier.check({"model.py": two}, (SDPA,))
+    assert result.kernel_calls[SDPA][1] > 0  # the kernel ran, at the other call
+    assert result.status == R.NOT_EXERCISED, result.message
+    assert f"model.py:{line} never ran" in result.message and "1 of its 2 new call sites did" in result.message
