@@ -263,6 +263,17 @@ def _near(site: Site, label: Label) -> bool:
     return lo - SLACK <= label.line <= hi + SLACK
 
 
+def _below(site: Site, label: Label, labels: list[Label]) -> bool:
+    """`site` starts below `label` in the same function with no other label of the file between: a
+    finding that leaves the first statements of a labelled pattern in place (the scale of q kept
+    where the code reassigns q before the product) is that label's site."""
+    if site.path != label.path or site.rule != label.rule or site.scope != label.scope:
+        return False
+    lo = min(site.lines)
+    return label.line < lo and not any(other.path == label.path and label.line < other.line < lo
+                                       for other in labels if other is not label)
+
+
 @dataclass
 class Score:
     tp: list[tuple[Label, Site]] = field(default_factory=list)
@@ -299,6 +310,15 @@ def score(labels: list[Label], sites: list[Site]) -> Score:
             result.fn.append((label, near[0] if near else None))
         else:
             result.tn.append(label)
+    # second pass: a `fire` label left unpaired takes the applied finding just below it in its function
+    for label, near in list(result.fn):
+        candidates = [(s.line, i) for i, s in enumerate(applied) if i not in used and s.package == label.package
+                      and _below(s, label, labels)]
+        if candidates:
+            _, i = min(candidates)
+            used.add(i)
+            result.fn.remove((label, near))
+            result.tp.append((label, applied[i]))
     for i, s in enumerate(applied):
         if i not in used:
             result.fp.append((s, None))

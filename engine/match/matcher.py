@@ -66,6 +66,8 @@ class Match:
     skipped: tuple[str, ...] = ()  # optional statements absent in this match
     relaxed: tuple[str, ...] = ()  # constants that differ (relaxed pass only)
     pattern: Pattern | None = None  # the match block that matched
+    # bindings that are None on some path the rewrite covers (the kernel takes them as None there)
+    optional: set[str] = field(default_factory=set)
 
     @property
     def matched_nodes(self) -> list[Node]:
@@ -115,6 +117,9 @@ class Finding:
     # unmatched nodes that only compute arguments the rewrite drops (`mask_value = -finfo(s.dtype).max`)
     companions: list[Node] = field(default_factory=list, repr=False, compare=False)
     match: Match | None = field(default=None, repr=False, compare=False)
+    # other matches of the same root, fullest first, each with what analysing it needs: tried in
+    # turn when synthesis cannot write this one (engine/match/scope.py `fallback`)
+    fallbacks: list = field(default_factory=list, repr=False, compare=False)
 
     def to_json(self) -> dict:
         return {

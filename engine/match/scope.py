@@ -304,7 +304,9 @@ def _covered(match: Match, cid: int, taken: bool, siblings: list[Match], ix: Met
             for suffix in (" is not None", " is None"):
                 if text.endswith(suffix):
                     subject = text[: -len(suffix)].strip()
-                    if any(isinstance(b, Sym) and b.text == subject for b in match.bindings.values()):
+                    names = [key for key, b in match.bindings.items() if isinstance(b, Sym) and b.text == subject]
+                    if names:
+                        match.optional.update(names)
                         return True
             continue
         compare = ix.defs.get(test.name)
@@ -312,8 +314,10 @@ def _covered(match: Match, cid: int, taken: bool, siblings: list[Match], ix: Met
                 or compare.inputs[1] != Const(None):
             continue
         subject = compare.inputs[0]
-        bound = [v for key, v in match.bindings.items() if isinstance(v, Var) and key not in summed]
-        if any(isinstance(subject, Var) and b.name == subject.name for b in bound):
+        names = [key for key, v in match.bindings.items() if isinstance(v, Var) and key not in summed
+                 and isinstance(subject, Var) and v.name == subject.name]
+        if names:
+            match.optional.update(names)
             return True
     return False
 
@@ -386,13 +390,35 @@ def _least_guarded(best: Match, ix: MethodIndex, group: list[Match]) -> Finding 
     kernel runs wherever the other term is absent (BEiT's relative-position biases, MPNet's position
     bias: one of them is None by default)."""
     finding = analyse(best, ix, group)
-    if finding is None or finding.status != "guarded" or not all(name in best.bindings for name in _SUMMED):
-        return finding
-    single = [m for m in group if m is not best and not all(name in m.bindings for name in _SUMMED)]
-    if not single:
-        return finding
-    candidate = analyse(max(single, key=_fullness), ix, group)
-    return candidate if candidate is not None and candidate.status in ("rewritten", "guarded") else finding
+    chosen = best
+    if finding is not None and finding.status == "guarded" and all(name in best.bindings for name in _SUMMED):
+        single = [m for m in group if m is not best and not all(name in m.bindings for name in _SUMMED)]
+        if single:
+            other = max(single, key=_fullness)
+            candidate = analyse(other, ix, group)
+            if candidate is not None and candidate.status in ("rewritten", "guarded"):
+                finding, chosen = candidate, other
+    if finding is not None and finding.status in ("rewritten", "guarded"):
+        others = sorted((m for m in group if m is not chosen and m is not best), key=_fullness, reverse=True)
+        finding.fallbacks = [(m, ix, group) for m in others[:_FALLBACKS]]
+    return finding
+
+
+_FALLBACKS = 4  # other matches of a root kept for synthesis to try when it cannot write the chosen one
+
+
+def fallback(finding: Finding) -> Finding | None:
+    """The next rewritable finding among `finding`'s fallbacks (analysed now), or None. Used by
+    synthesis when it cannot write a match as chosen: the fullest match may bind a value the code
+    reassigns before the kernel call (`q = q * scale`, then `q = rotary(q)`), where a smaller match of
+    the same root (the scale left in place) is still a correct rewrite."""
+    while finding.fallbacks:
+        m, ix, group = finding.fallbacks.pop(0)
+        candidate = analyse(m, ix, group)
+        if candidate is not None and candidate.status in ("rewritten", "guarded"):
+            candidate.fallbacks = finding.fallbacks
+            return candidate
+    return None
 
 
 def _fullness(m: Match) -> tuple:

@@ -55,7 +55,7 @@ class _File:
         deferred = False
         for finding in sorted(region.findings, key=lambda f: (f.line, f.end_line), reverse=True):
             try:
-                edit = synth.edit(finding)
+                edit = self._edit(synth, finding)
             except (SynthesisError, TemplateError) as exc:
                 self.failed[_identity(finding)] = str(exc)
                 continue
@@ -79,6 +79,30 @@ class _File:
                 # rule (or this one, on the other path) match it: matched again in the next round
                 deferred = deferred or finding.status == "guarded"
         return region.lines_of(code, lines), deferred
+
+    @staticmethod
+    def _edit(synth: Synthesizer, finding: Finding) -> Edit:
+        """The edit of `finding`; where synthesis cannot write its match, the edit of the next of the
+        same root's other matches that it can (the finding then reports that one)."""
+        from engine.match.scope import fallback
+
+        try:
+            return synth.edit(finding)
+        except (SynthesisError, TemplateError) as exc:
+            if not finding.fallbacks:
+                raise
+            first = exc
+        while (other := fallback(finding)) is not None:
+            try:
+                edit = synth.edit(other)
+            except (SynthesisError, TemplateError):
+                finding.fallbacks = other.fallbacks
+                continue
+            for name in ("status", "line", "end_line", "reason", "locations", "related", "guard_text", "checks",
+                         "companions", "match", "fallbacks"):
+                setattr(finding, name, getattr(other, name))
+            return edit
+        raise first
 
     def _compiling(self, synth: Synthesizer, edits: list[tuple[Finding, Edit]], path: str) -> str | None:
         code = synth.apply([e for _, e in edits])

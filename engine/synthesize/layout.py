@@ -147,7 +147,14 @@ def lookup(match: Match, base: Callable[[str], str | None],
     def adapted(name: str) -> str | None:
         if name == "mask":  # several additive masks are one: their sum
             terms = [t for t in (base("mask"), base("mask2")) if t is not None]
-            return " + ".join(terms) if terms else None
+            if not terms:
+                return None
+            text = " + ".join(terms)
+            if match.optional & {"mask", "mask2"} and "fmask" in match.bindings:
+                # the fill's mask is built around the additive one (`torch.where(fmask, -inf, mask)`),
+                # which takes no None: where the code adds it only when present, so does the rewrite
+                return f"{text} if {text} is not None else 0.0"
+            return text
         if name not in ("q", "k", "v"):
             return base(name)
         swap = (name == "k" and _needs_key_swap(match)) or (name == "v" and "pt" in match.nodes)

@@ -14,12 +14,13 @@ conditional expression: timm LeViT, TinyViT), and norms over an axis other than 
 after which a name assigned only on the original's path is read (ats_vit), and einsums with
 batch axes in another order than the output's or missing from the key and value (heads after the
 sequence, multi-query attention: ultralytics, timm, imagen), and two additive masks summed into
-one (boltz's pair bias and padding mask)
+one (boltz's pair bias and padding mask), and the next match of a root written where the fullest
+cannot be (video-diffusion: q reassigned by a rotary embedding after its scale)
 
-    all    TP 118  FP 0  FN 16   P 1.000  R 0.881
+    all    TP 119  FP 0  FN 15   P 1.000  R 0.888
     wild1  TP 88   FP 0  FN 11   P 1.000  R 0.889
-    wild2  TP 30   FP 0  FN 5    P 1.000  R 0.857
-    sdpa   TP 96   FP 0  FN 11   P 1.000  R 0.897
+    wild2  TP 31   FP 0  FN 4    P 1.000  R 0.886
+    sdpa   TP 97   FP 0  FN 10   P 1.000  R 0.907
     norms  TP 15   FP 0  FN 5    P 1.000  R 0.750  (layer-norm and rms-norm)
 
 (first labelled, before any of that: P 0.800, R 0.567)
@@ -76,11 +77,11 @@ def _at_least(result: W.Score, tp: int, fp: int, fn: int, precision: float, reca
 def test_precision_and_recall_against_the_labels(scanned, labels):
     _, scans = scanned
     sites = [s for scan in scans for s in scan.sites]
-    _at_least(W.score(labels, sites), 118, 0, 16, 1.0, 0.88, "all")
+    _at_least(W.score(labels, sites), 119, 0, 15, 1.0, 0.88, "all")
     _at_least(W.score(W.set_labels(labels, "wild1"), W.set_sites(sites, "wild1")), 88, 0, 11, 1.0, 0.88, "wild1")
-    _at_least(W.score(W.set_labels(labels, "wild2"), W.set_sites(sites, "wild2")), 30, 0, 5, 1.0, 0.85, "wild2")
+    _at_least(W.score(W.set_labels(labels, "wild2"), W.set_sites(sites, "wild2")), 31, 0, 4, 1.0, 0.88, "wild2")
     sdpa = W.score([lb for lb in labels if lb.rule == "sdpa-attention"], [s for s in sites if s.rule == "sdpa-attention"])
-    _at_least(sdpa, 96, 0, 11, 1.0, 0.89, "sdpa-attention")
+    _at_least(sdpa, 97, 0, 10, 1.0, 0.90, "sdpa-attention")
     norm_rules = {"layer-norm", "rms-norm"}
     norms = W.score([lb for lb in labels if lb.rule in norm_rules], [s for s in sites if s.rule in norm_rules])
     _at_least(norms, 15, 0, 5, 1.0, 0.75, "norms")

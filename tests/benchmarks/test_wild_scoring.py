@@ -56,3 +56,14 @@ def test_scores_split_by_set():
     first = score(W.set_labels(labels, "wild1"), W.set_sites(sites, "wild1"))
     second = score(W.set_labels(labels, "wild2"), W.set_sites(sites, "wild2"))
     assert (len(first.tp), len(first.fn)) == (1, 0) and (len(second.tp), len(second.fn)) == (0, 1)
+
+
+def test_a_finding_below_its_label_in_the_same_function_answers_it():
+    # the pattern's first statement (a scale of q) stays in place: the finding starts below the label
+    labels = [_label(10), _label(40), _label(60, "no")]
+    result = score(labels, [_site(20), _site(70)])
+    assert [(lb.line, s.line) for lb, s in result.tp] == [(10, 20)]
+    # 70 lies below the `no` label at 60, not below 40: a false positive, and 40 stays unanswered
+    assert [s.line for s, _ in result.fp] == [70] and [lb.line for lb, _ in result.fn] == [40]
+    other_scope = Site("pkg", "m.py", "sdpa-attention", "rewritten", 20, 23, frozenset({20, 23}), "B.forward", None)
+    assert score([_label(10)], [other_scope]).tp == []

@@ -236,3 +236,31 @@ def test_a_fill_computed_apart_leaves_no_dead_statement_on_either_path():
         for name in ("q", "k", "v"):
             if given is None or name == "v":  # q/k gradients on fully masked rows: see above
                 torch.testing.assert_close(got_grads[name], expected_grads[name], rtol=1e-10, atol=1e-12)
+
+
+OPTIONAL_SOURCE = HEADER + '''
+class Attention(nn.Module):
+    def forward(self, q, k, v, mask=None, bias=None):
+        s = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(q.size(-1))
+        if bias is not None:
+            s = s + bias
+        if mask is not None:
+            s = s.masked_fill(~mask, -torch.finfo(s.dtype).max)
+        p = F.softmax(s, dim=-1)
+        return torch.matmul(p, v)
+'''
+
+
+@pytest.mark.parametrize("given", ["neither", "bias", "mask", "both"])
+def test_an_optional_additive_mask_beside_a_fill_is_taken_as_absent(given):
+    """An additive mask added only when present (`if bias is not None: s = s + bias`) beside a fill:
+    the kernel's mask is built around it (`torch.where(fmask, -inf, bias)`), which takes no None,
+    so the rewrite reads it as 0 where the code skips it (it raised TypeError there)."""
+    new = _rewrite(OPTIONAL_SOURCE)
+    mask = _masks("keep_bool") if given in ("mask", "both") else None
+    gen = torch.Generator().manual_seed(1)
+    bias = torch.randn(1, 2, 5, 6, generator=gen, dtype=torch.float64) if given in ("bias", "both") else None
+    q, k, v = (torch.randn(3, 2, n, 8, generator=gen, dtype=torch.float64) for n in (5, 6, 6))
+    expected = _module(OPTIONAL_SOURCE)(q, k, v, mask, bias)
+    got = _module(new)(q, k, v, mask, bias)
+    torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-12, msg=lambda m: f"{m}\n{new}")
