@@ -125,7 +125,9 @@ class ShapeFacts:
             self._memo[name] = found
             return found
         if isinstance(operand, Sym):
-            return self.attribute_shape(operand.text)
+            if operand.text.startswith("self."):
+                return self.attribute_shape(operand.text)
+            return _constructor_shape(operand.text)  # a factory written with constant sizes
         return None
 
     def rank(self, operand: Operand | None) -> int | None:
@@ -228,6 +230,12 @@ class ShapeFacts:
             return self._einsum(node)
         if op in ("einops.rearrange", "einops.repeat"):
             return self._rearrange(node)
+        if op == "torch.full":  # torch.full(size, fill_value): only the first argument is the size
+            return _factory_shape(node.inputs[:1], node.kwargs) if node.inputs else None
+        if op == "torch.tensor":  # the data's shape: a number is 0-d; anything else is not followed
+            data = node.inputs[0] if node.inputs else None
+            number = isinstance(data, Const) and isinstance(data.value, (int, float)) and not isinstance(data.value, bool)
+            return Shape((), True) if number or isinstance(data, Sym) and _is_number_text(data.text) else None
         if op in _FACTORIES:
             return _factory_shape(node.inputs, node.kwargs)
         return None
@@ -742,6 +750,8 @@ def _factory_shape(inputs: tuple[Operand, ...], kwargs: tuple[tuple[str, Operand
         sizes: tuple[Operand, ...] = inputs[0].items
     elif len(inputs) == 1 and isinstance(inputs[0], Const) and isinstance(inputs[0].value, tuple):
         sizes = tuple(Const(v) for v in inputs[0].value)
+    elif len(inputs) == 1 and isinstance(inputs[0], Sym) and (listed := _sym_sequence(inputs[0].text)) is not None:
+        sizes = listed  # `[]`, `(2, 3)` as written
     else:
         sizes = inputs
     if any(isinstance(s, Var) for s in sizes):

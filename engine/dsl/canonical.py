@@ -190,4 +190,6 @@ SCALAR_FUNCTIONS = {
     "math.sqrt", "math.log", "math.exp", "math.pow", "math.ceil", "math.floor", "len", "int",
     "float", "max", "min", "round", "abs",
 }
+# numpy's elementwise functions: a number of a number (their result is a scalar where every argument is)
+ELEMENTWISE_NUMPY = {"numpy.sqrt", "numpy.log", "numpy.exp", "numpy.power", "numpy.abs"}
 SCALAR_METHODS = {"dim", "numel", "item", "ndimension", "element_size", "get_device"}

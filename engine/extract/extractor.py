@@ -835,7 +835,12 @@ class _MethodExtractor:
         elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             self.notes.append(f"line {stmt.lineno}: nested definition {stmt.name!r} not followed")
             scope.env.pop(stmt.name, None)
-        elif isinstance(stmt, (ast.Pass, ast.Assert, ast.Delete, ast.Global, ast.Nonlocal, ast.Import,
+        elif t is ast.Assert:
+            # the test reads values (`assert attn.size() == (b, n, m)`): a rewrite that removes one
+            # must see that read (the message is only formatted when the test fails)
+            if _has_data(stmt.test, scope):
+                self.data_expr(stmt.test, scope, guard)
+        elif isinstance(stmt, (ast.Pass, ast.Delete, ast.Global, ast.Nonlocal, ast.Import,
                                ast.ImportFrom, ast.Break, ast.Continue)):
             pass
         elif isinstance(stmt, ast.Match):
@@ -1421,6 +1426,10 @@ class _MethodExtractor:
             lowered = self.einsum_as_matmul(name, e, scope, guard)
             if lowered is not None:
                 return lowered
+        if not is_method and name == "torch.baddbmm":
+            lowered = self.baddbmm_as_add(name, e, scope, guard)
+            if lowered is not None:
+                return lowered
         args, kwargs = self.arguments(e, scope, guard)
         if name in ("permute", "torch.permute") and _swaps_last_two(args if is_method else args[1:]):
             # `k.permute(0, 1, 3, 2)`: permute names every dimension, so this is transpose(-2, -1)
@@ -1444,6 +1453,9 @@ class _MethodExtractor:
         if (is_method and (name in C.SCALAR_METHODS or name == "size" and args)) or \
                 (not is_method and name in C.SCALAR_FUNCTIONS):
             self.kinds[out[0]] = "scalar"
+        elif not is_method and name in C.ELEMENTWISE_NUMPY and args and not kwargs \
+                and all(self.is_scalar(a) for a in args):
+            self.kinds[out[0]] = "scalar"  # `np.sqrt(d)` of a number is a number (of an array, an array)
         elif (is_method and name == "size" and not args) or op == "getattr":
             self.kinds[out[0]] = "shape"
         return _VARS[out[0]]
@@ -1474,6 +1486,34 @@ class _MethodExtractor:
             bt = self.emit("op", "transpose", (b,), (("dim0", Const(-2)), ("dim1", Const(-1))), guard, e, target=name)
             b = _VARS[bt[0]]
         out = self.emit("op", "matmul", (a, b) if a_first else (b, a), (), guard, e, target=spelled)
+        return _VARS[out[0]]
+
+    def baddbmm_as_add(self, name: str, e: ast.Call, scope: _Scope, guard: tuple[Cond, ...]) -> Operand | None:
+        """`torch.baddbmm(input, b1, b2, beta=1, alpha=a)` is `input + a * (b1 @ b2)`: a batched
+        product, a `scale` by `alpha` where it is not 1, and an `add` of `input` (left out where
+        `beta=0`, which ignores `input`). The nodes carry the call's position and `target`. Another
+        `beta` (its scaled input would be a value with no text of its own), unpacked arguments or
+        other keywords: the call stays a call."""
+        if len(e.args) != 3 or any(type(a) is ast.Starred for a in e.args) \
+                or any(k.arg not in ("beta", "alpha") for k in e.keywords):
+            return None
+        beta_arg = next((k.value for k in e.keywords if k.arg == "beta"), None)
+        if beta_arg is not None and not (isinstance(beta_arg, ast.Constant) and beta_arg.value in (0, 1)
+                                         and not isinstance(beta_arg.value, bool)):
+            return None
+        bias, left, right = (self.expr(x, scope, guard) for x in e.args)  # in Python's order
+        factors: dict[str, Operand] = {}
+        for k in e.keywords:
+            factors[k.arg or ""] = self.expr(k.value, scope, guard)
+        product = self.emit("op", "matmul", (left, right), (), guard, e, target=name)
+        value = _VARS[product[0]]
+        alpha = factors.get("alpha")
+        if alpha is not None and not (isinstance(alpha, Const) and alpha.value == 1):
+            value = _VARS[self.emit("op", "scale", (value, alpha), (), guard, e, target=name)[0]]
+        beta = factors.get("beta")
+        if isinstance(beta, Const) and beta.value == 0:
+            return value
+        out = self.emit("op", "add", (value, bias), (), guard, e, target=name)
         return _VARS[out[0]]
 
     def einsum_lowered(self, name: str, spelled: str, lowering: tuple, e: ast.Call, scope: _Scope,

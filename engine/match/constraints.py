@@ -3,6 +3,7 @@ it, or the reason it does not (which becomes the near-miss reason)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 from engine.dsl.ir import Const, Seq, Sym, Var
@@ -150,6 +151,9 @@ def _last_two_dims(match: Match, ix: MethodIndex) -> str | None:
         if ix.shapes.swaps_last_two(node):
             continue
         dims = sorted((d0.value, d1.value))
+        product = match.nodes.get("s0" if key == "kt" else "out")
+        if dims == [1, 2] and product is not None and product.target in _BATCHED_3D:
+            continue  # a bmm operand is 3-D wherever the code runs (bmm raises on any other rank)
         rank = rank_of(node.inputs[0], ix) if node.inputs else None
         known = f" of a {rank}-D tensor" if rank is not None else ""
         return f"transpose({dims[0]}, {dims[1]}){known} is not provably a swap of the last two dimensions"
@@ -229,19 +233,23 @@ CHECKS["keep_mask_fill_is_lowest"] = _keep_mask_fill_is_lowest
 
 
 def _score_factor_is_constant(match: Match, ix: MethodIndex) -> str | None:
-    """A tensor `$temp` multiplying the scores (a learned temperature) is constant along their last
-    two axes (query and key): its rank is proven and those axes are size 1 (`nn.Parameter(
-    torch.ones(heads, 1, 1))`), so it can be folded into the query (`(q * temp) @ k^T == (q @ k^T) *
-    temp`) and SDPA runs with `scale=1.0`; gradients still reach the parameter."""
-    if "temp" not in match.bindings:
+    """A tensor `$temp` multiplying the scores (a learned temperature), or `$tdiv` dividing them (a 0-d
+    `torch.full([], sqrt(d))`), is constant along their last two axes (query and key): its rank is
+    proven and those axes are size 1 (`nn.Parameter(torch.ones(heads, 1, 1))`), or it has none, so it
+    can be folded into the query (`(q * temp) @ k^T == (q @ k^T) * temp`) and SDPA runs with
+    `scale=1.0`; gradients still reach the parameter."""
+    key = "temp" if "temp" in match.bindings else "tdiv" if "tdiv" in match.bindings else None
+    if key is None:
         return None
-    temp = match.bindings["temp"]
+    temp = match.bindings[key]
     shape = ix.shapes.shape(temp)
     if shape is not None and shape.exact and all(a.unit for a in shape.axes[-2:]):
         return None
     node = ix.defs.get(temp.name) if isinstance(temp, Var) else None
     text = getattr(temp, "text", None) or (node.target if node is not None and node.target else None) \
         or getattr(temp, "name", "the factor").split(".")[0]
+    if re.fullmatch(r"_t\d+", text) and node is not None:
+        text = node.op  # a value with no name of its own (`torch.ones(...)` written in the expression)
     if shape is not None and shape.exact:
         return f"the score factor `{text}` varies along the query or key axis (its last two axes are not size 1)"
     return f"the score factor `{text}` is not provably constant along the query and key axes"

@@ -9,7 +9,8 @@ rules/sdpa-attention.rule):
     transposed back;
   * `$mask2` bound (a second additive mask, `s + bias + mask`): the kernel's mask is the sum of both;
   * `$temp` bound (a learned temperature constant along the last two axes): it multiplies the query,
-    `(q * temp) @ k^T == (q @ k^T) * temp`, and the kernel's own scale stays as the template says.
+    `(q * temp) @ k^T == (q @ k^T) * temp`, and the kernel's own scale stays as the template says;
+    `$tdiv` (a tensor dividing the scores, such as a 0-d `torch.full([], sqrt(d))`) divides it.
 
   * an operand the extractor transposed to lower an einsum (`'b h d i, b h d j -> b h i j'`) is the
     einsum's operand itself, transposed only where the kernel needs it;
@@ -183,6 +184,9 @@ def lookup(match: Match, base: Callable[[str], str | None],
         if name == "q" and "temp" in match.bindings:
             temp = base("temp")
             return f"({text} * {temp})" if temp is not None else None
+        if name == "q" and "tdiv" in match.bindings:
+            divisor = base("tdiv")
+            return f"({text} / {_atom(divisor)})" if divisor is not None else None
         return text
 
     return adapted

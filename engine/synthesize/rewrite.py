@@ -853,16 +853,19 @@ class Synthesizer:
                 return
 
     def _raising_if(self, pos: Pos) -> cst.CSTNode:
-        """The `if <test>: raise ...` statement whose test is at `pos`."""
+        """The `if <test>: raise ...` statement (or the `assert <test>` line) whose test is at `pos`."""
         line, col, end_line, end_col = self.char_range(pos)
         for node, where in self.index.statements:
+            if isinstance(node, cst.SimpleStatementLine) and len(node.body) == 1 and isinstance(node.body[0], cst.Assert) \
+                    and _contains(where, line, col, end_line, end_col):
+                return node
             if isinstance(node, cst.If) and node.orelse is None and _contains(where, line, col, end_line, end_col):
                 body = node.body.body if isinstance(node.body, cst.IndentedBlock) else ()
                 if body and all(isinstance(s, cst.SimpleStatementLine) and all(isinstance(x, cst.Raise) for x in s.body)
                                 for s in body):
                     if _contains(self.positions[node.test], line, col, end_line, end_col):
                         return node
-        raise SynthesisError(f"the shape check at line {pos.line} is not an `if ...: raise` statement")
+        raise SynthesisError(f"the shape check at line {pos.line} is not an `if ...: raise` or `assert` statement")
 
     def apply(self, edits: list[Edit]) -> str:
         """The region's text with every edit made, in one pass."""
