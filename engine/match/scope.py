@@ -388,7 +388,8 @@ def _least_guarded(best: Match, ix: MethodIndex, group: list[Match]) -> Finding 
     needs a guard (a None on either's path is no pass-through), the fullest match with one mask is
     taken instead when a rewrite can use it: it passes its mask as the kernel's optional one, so the
     kernel runs wherever the other term is absent (BEiT's relative-position biases, MPNet's position
-    bias: one of them is None by default)."""
+    bias: one of them is None by default). A rewritable finding keeps the root's other matches,
+    fullest first, for synthesis to fall back on (`fallback`)."""
     finding = analyse(best, ix, group)
     chosen = best
     if finding is not None and finding.status == "guarded" and all(name in best.bindings for name in _SUMMED):
