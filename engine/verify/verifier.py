@@ -357,22 +357,11 @@ class Verifier:
                     continue
                 prefix = f"{name}|{run}|"
                 ref64_prefix = f"{name}|{mode}|float64|"
-                pick = lambda tensors, p: {k[len(p):]: v for k, v in tensors.items() if k.startswith(p)}  # noqa: E731
-                checks = check_run(pick(reference.tensors, prefix), pick(candidate.tensors, prefix), dtype,
-                                   pick(reference.tensors, ref64_prefix) or None)
-                failed = [c for c in checks if not c.passed]
-                worst = max(checks, key=lambda c: c.max_rel_err, default=None)
-                case = CaseResult(
-                    name, run, not failed,
-                    max_abs_err=max((c.max_abs_err for c in checks), default=0.0),
-                    max_rel_err=worst.max_rel_err if worst else 0.0,
-                    worst=(failed[0] if failed else worst).key if checks else None,
-                    criterion=(failed[0] if failed else worst).criterion if checks else None,
-                    message="; ".join(f"{c.key}: {c.message}" for c in failed[:5]),
-                    tensors=len(checks),
-                )
+                checks = check_run(_prefixed(reference.tensors, prefix), _prefixed(candidate.tensors, prefix), dtype,
+                                   _prefixed(reference.tensors, ref64_prefix) or None)
+                case = _case_of(name, run, checks)
                 result.cases.append(case)
-                if failed:
+                if not case.passed:
                     statuses.append((R.FAILED, f"{name} {run}: {case.message}"))
             smoke_ok = new_case.get("train_smoke_finite") or not ref_case.get("train_smoke_finite")
             result.cases.append(CaseResult(name, "train-dropout", bool(smoke_ok),
@@ -408,28 +397,17 @@ class Verifier:
                 continue
             low = label in self.config.low_precision
             dtype = label if low else self.config.dtype
-            pick = lambda tensors, p: {k[len(p):]: v for k, v in tensors.items() if k.startswith(p)}  # noqa: E731
-            ref64 = pick(reference.tensors, f"{name}|eval|float64|" if low else f"{name}|{run}|float64|")
-            checks = check_run(pick(reference.tensors, f"{name}|{run}|{dtype}|"),
-                               pick(candidate.tensors, f"{name}|{run}|{dtype}|"), dtype, ref64 or None,
+            ref64 = _prefixed(reference.tensors, f"{name}|eval|float64|" if low else f"{name}|{run}|float64|")
+            checks = check_run(_prefixed(reference.tensors, f"{name}|{run}|{dtype}|"),
+                               _prefixed(candidate.tensors, f"{name}|{run}|{dtype}|"), dtype, ref64 or None,
                                nan_original_grads_ok=not low)
-            failed = [c for c in checks if not c.passed]
-            worst = max(checks, key=lambda c: c.max_rel_err, default=None)
             excused = [c for c in checks if c.passed and c.criterion == NAN_ORIGINAL]
-            case = CaseResult(
-                name, run, not failed,
-                max_abs_err=max((c.max_abs_err for c in checks), default=0.0),
-                max_rel_err=worst.max_rel_err if worst else 0.0,
-                worst=(failed[0] if failed else worst).key if checks else None,
-                criterion=(failed[0] if failed else worst).criterion if checks else None,
-                message="; ".join(f"{c.key}: {c.message}" for c in failed[:5]),
-                tensors=len(checks), headline=not low,
-            )
+            case = _case_of(name, run, checks, headline=not low)
             result.cases.append(case)
             if excused:
                 result.notes.append(f"{name} probe {label}: the original's gradient is NaN where the rewrite's is "
                                     f"finite ({', '.join(c.key for c in excused[:3])}); compared elsewhere")
-            if failed:
+            if not case.passed:
                 statuses.append((R.FAILED, f"{name} probe {label}: {case.message}"))
         return statuses
 
@@ -456,6 +434,28 @@ class Verifier:
                           max_rel_err=max((c.max_rel_err for c in checks), default=None), tensors=len(checks))
         result.cases.append(case)
         return [(R.FAILED, f"{name} with dropout as shipped: {case.message}")] if problems else []
+
+
+def _prefixed(tensors: dict, prefix: str) -> dict:
+    """The tensors saved under `prefix`, keyed by the rest of their names."""
+    return {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
+
+
+def _case_of(name: str, run: str, checks: list, headline: bool = True) -> CaseResult:
+    """One compared run as a case: passed when every check did, its largest errors, and the first
+    failing check (else the worst) named."""
+    failed = [c for c in checks if not c.passed]
+    worst = max(checks, key=lambda c: c.max_rel_err, default=None)
+    named = failed[0] if failed else worst
+    return CaseResult(
+        name, run, not failed,
+        max_abs_err=max((c.max_abs_err for c in checks), default=0.0),
+        max_rel_err=worst.max_rel_err if worst else 0.0,
+        worst=named.key if named else None,
+        criterion=named.criterion if named else None,
+        message="; ".join(f"{c.key}: {c.message}" for c in failed[:5]),
+        tensors=len(checks), headline=headline,
+    )
 
 
 def _rule_kernels() -> tuple[str, ...]:
