@@ -1691,13 +1691,8 @@ def _uniform(items: tuple[LayerDef, ...]) -> bool:
     return len({i.type for i in items}) == 1
 
 
-def _einsum_product(equation: str, einops: bool = False) -> tuple[bool, bool, bool] | None:
-    """How the two-operand einsum `equation` is a batched matrix product, as (transpose the first
-    operand, transpose the second, first operand on the left): the same batch labels in the same
-    order on both operands and the output, then each operand's last two labels share exactly one
-    label (contracted), and the output's last two are the other two in either order. So
-    `bhid,bhjd->bhij` is `a @ b^T`, `bhdi,bhdj->bhij` (channels-first) is `a^T @ b`, and
-    `bhij,bhjd->bhdi` (output read back channels-first) is `b^T @ a^T`."""
+def _einsum_labels(equation: str, einops: bool) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]] | None:
+    """The labels of a two-operand einsum's operands and output, each at least two, or None."""
     lhs, arrow, out = equation.partition("->")
     parts = lhs.split(",")
     if not arrow or len(parts) != 2:
@@ -1705,6 +1700,20 @@ def _einsum_product(equation: str, einops: bool = False) -> tuple[bool, bool, bo
     a, b, o = (C.einsum_axes(p, einops) for p in (parts[0], parts[1], out))
     if a is None or b is None or o is None or min(len(a), len(b), len(o)) < 2:
         return None
+    return a, b, o
+
+
+def _einsum_product(equation: str, einops: bool = False) -> tuple[bool, bool, bool] | None:
+    """How the two-operand einsum `equation` is a batched matrix product, as (transpose the first
+    operand, transpose the second, first operand on the left): the same batch labels in the same
+    order on both operands and the output, then each operand's last two labels share exactly one
+    label (contracted), and the output's last two are the other two in either order. So
+    `bhid,bhjd->bhij` is `a @ b^T`, `bhdi,bhdj->bhij` (channels-first) is `a^T @ b`, and
+    `bhij,bhjd->bhdi` (output read back channels-first) is `b^T @ a^T`."""
+    labels = _einsum_labels(equation, einops)
+    if labels is None:
+        return None
+    a, b, o = labels
     batch = a[:-2]
     if b[:-2] != batch or o[:-2] != batch or len(set(a)) != len(a) or len(set(b)) != len(b) or len(set(o)) != len(o):
         return None
@@ -1737,13 +1746,10 @@ def _einsum_lowering(equation: str, einops: bool = False) -> tuple | None:
     key a size-1 head axis. Of several row candidates the ones that leave the output in place win;
     the others are batch labels (`bnhk,bmk->bnhm` is a product per (b, n) of h rows). None when
     the equation is not such a product (a trace, a label summed out of one operand, `...`)."""
-    lhs, arrow, out = equation.partition("->")
-    parts = lhs.split(",")
-    if not arrow or len(parts) != 2:
+    labels = _einsum_labels(equation, einops)
+    if labels is None:
         return None
-    a, b, o = (C.einsum_axes(p, einops) for p in (parts[0], parts[1], out))
-    if a is None or b is None or o is None or min(len(a), len(b), len(o)) < 2:
-        return None
+    a, b, o = labels
     if "..." in a or "..." in b or "..." in o or any(len(set(t)) != len(t) for t in (a, b, o)):
         return None
     contracted = (set(a) & set(b)) - set(o)
