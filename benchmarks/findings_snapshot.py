@@ -43,10 +43,13 @@ def corpus_module(path: Path) -> str:
 def _one(item: tuple[str, str, str]) -> tuple[str, dict]:
     from engine.scan import scan_source, select_rules
 
+    global _RULES
+    if _RULES is None:  # once per worker: the rule files are read at the first file
+        _RULES = select_rules("all")
     rel, path, module = item
     text = Path(path).read_text(encoding="utf-8", errors="replace")
     try:
-        findings, new = scan_source(text, _RULES or select_rules("all"), path=rel, module=module)
+        findings, new = scan_source(text, _RULES, path=rel, module=module)
     except Exception as exc:  # a crash is a result too
         return rel, {"error": f"{type(exc).__name__}: {exc}"}
     return rel, {

@@ -41,6 +41,8 @@ import sys
 import time
 from pathlib import Path
 
+from engine.bench.stats import point
+
 REPO = Path(__file__).resolve().parents[1]
 
 # name -> (folder under transformers/models, base model class to benchmark, config overrides)
@@ -84,12 +86,15 @@ def _ratios(bench: dict | None) -> tuple[float | None, float | None]:
     mem = None
     if bench.get("baseline_peak_bytes") and bench.get("optimized_peak_bytes") is not None:
         mem = bench["optimized_peak_bytes"] / bench["baseline_peak_bytes"]
-    return bench.get("speedup"), mem
+    return point(bench.get("speedup")), mem
 
 
 def _fmt(bench: dict) -> str:
     speedup, mem = _ratios(bench)
+    ci = (bench.get("speedup") or {}).get("ci95") if isinstance(bench.get("speedup"), dict) else None
     s = f"{speedup:.2f}x" if speedup is not None else "n/a"
+    if ci:
+        s += f" [{ci[0]:.2f}, {ci[1]:.2f}]"
     m = f"{mem:.2f}" if mem is not None else "n/a"
     rounds = bench.get("pair_ratios") or []
     spread = f" (rounds {min(rounds):.2f}..{max(rounds):.2f})" if rounds else ""
