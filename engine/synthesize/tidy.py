@@ -1,4 +1,5 @@
-"""Write a synthesized expression as a person would: no defensive parentheses, no double `~`.
+"""Write a synthesized expression as a person would: no defensive parentheses, no double `~`, no
+metadata read through a cast (`q.to(torch.float32).dtype` is `torch.float32`).
 
 Templates and bindings are filled in as text, so every bound expression arrives parenthesized
 (`scale=(1 / (math.sqrt(d)))`); here each pair of parentheses goes unless the precedence of the
@@ -79,7 +80,16 @@ class _Tidy(cst.CSTTransformer):
         return updated.with_changes(value=_unwrap(updated.value, -1))
 
     def leave_Attribute(self, original, updated):  # noqa: N802
-        return updated.with_changes(value=_unwrap(updated.value, _ATOM))
+        updated = updated.with_changes(value=_unwrap(updated.value, _ATOM))
+        cast = _dtype_cast(updated.value)
+        if cast is None:
+            return updated
+        receiver, dtype = cast
+        if updated.attr.value == "dtype":  # `q.to(torch.float32).dtype` is torch.float32
+            return dtype.with_changes(lpar=updated.lpar, rpar=updated.rpar) if updated.lpar else dtype
+        if updated.attr.value in _KEPT_BY_CASTS:  # a cast keeps the shape and the device
+            return updated.with_changes(value=receiver)
+        return updated
 
     def leave_Call(self, original, updated):  # noqa: N802
         return updated.with_changes(func=_unwrap(updated.func, _ATOM))
@@ -89,6 +99,28 @@ class _Tidy(cst.CSTTransformer):
 
     def leave_IfExp(self, original, updated):  # noqa: N802
         return updated.with_changes(body=_unwrap(updated.body, 1), test=_unwrap(updated.test, 1))
+
+
+_KEPT_BY_CASTS = {"shape", "size", "device", "ndim", "dim", "numel"}
+_DTYPES = {"float32", "float", "float16", "half", "bfloat16", "float64", "double"}
+_CAST_METHODS = {"float": "float32", "half": "float16", "double": "float64", "bfloat16": "bfloat16"}
+
+
+def _dtype_cast(node: cst.BaseExpression) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
+    """(x, the dtype) where `node` is `x.to(torch.<dtype>)`, `x.float()` or the like: a change of
+    dtype only."""
+    if not isinstance(node, cst.Call) or not isinstance(node.func, cst.Attribute):
+        return None
+    method = node.func.attr.value
+    if method in _CAST_METHODS and not node.args:
+        return node.func.value, cst.parse_expression(f"torch.{_CAST_METHODS[method]}")
+    if method != "to" or len(node.args) != 1 or node.args[0].keyword is not None or node.args[0].star:
+        return None
+    arg = node.args[0].value
+    if isinstance(arg, cst.Attribute) and isinstance(arg.value, cst.Name) and arg.value.value == "torch" \
+            and arg.attr.value in _DTYPES:
+        return node.func.value, arg.with_changes(lpar=[], rpar=[])
+    return None
 
 
 def tidy(expr: cst.BaseExpression) -> cst.BaseExpression:
