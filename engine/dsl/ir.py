@@ -77,11 +77,17 @@ class Pos:
 @dataclass(frozen=True, slots=True)
 class Cond:
     """One branch decision: the condition's id within the method, its source text, and the
-    branch taken (True for the ``if`` body, False for ``else``)."""
+    branch taken (True for the ``if`` body, False for ``else``). A condition of an inlined helper
+    is written in its caller's terms, or starts with HELPER_CONDITION where it has none."""
 
     id: int
     text: str
     taken: bool
+
+
+# marks an inlined helper's condition that has no text in its caller's terms (it reads a local of the
+# helper): no guard at the call can state it
+HELPER_CONDITION = "<helper> "
 
 
 # ---------------------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from typing import Any
 
 from engine.dsl import canonical as C
 from engine.dsl.ir import (
+    HELPER_CONDITION,
     ClassModel,
     Cond,
     Const,
@@ -678,6 +679,7 @@ class _MethodExtractor:
         self.temp_count = 0
         self.via: tuple[Pos, ...] = ()
         self.inline_stack: list[str] = []
+        self.caller_envs: list[dict[str, str]] = []  # the callers' name bindings at each inlined call
         self.generated: set[str] = set()  # temporaries and merge results made up by extraction
         self.avoid_temps = fx.src.temp_like_names()
         self.positions = fx.src.positions
@@ -704,6 +706,34 @@ class _MethodExtractor:
         cid = self.cond_count
         self.cond_count += 1
         return cid
+
+    def caller_text(self, test: ast.expr, scope: _Scope, text: str) -> str:
+        """A condition of an inlined helper, written in its caller's terms: each of its names is
+        the caller's variable holding the same value at the call (the helper's parameter
+        `head_mask` is the caller's `layer_head_mask` passed to it), or a global the caller does not
+        shadow. One that reads a value with no name in the caller (a helper's local) is marked
+        HELPER_CONDITION: no guard at the call can state it."""
+        if not self.caller_envs:
+            return text
+        caller = self.caller_envs[-1]
+        renames: dict[str, str] = {}
+        for node in ast.walk(test):
+            if isinstance(node, (ast.Lambda, ast.comprehension)):
+                return HELPER_CONDITION + text
+            if not isinstance(node, ast.Name) or node.id == "self":
+                continue
+            ssa = scope.env.get(node.id)
+            if ssa is None:
+                if node.id in caller:
+                    return HELPER_CONDITION + text  # a global of the helper, a local of the caller
+                continue
+            name = ssa.split(".", 1)[0]
+            if caller.get(name) != ssa:
+                return HELPER_CONDITION + text
+            renames[node.id] = name
+        if all(old == new for old, new in renames.items()):
+            return text
+        return _renamed(text, test, renames)
 
     def tensor_attrs(self) -> frozenset[str]:
         # the same for every method of a class: kept with the table (which the cache holds on to,
@@ -855,6 +885,7 @@ class _MethodExtractor:
             guard = self.block(stmt.body, scope, guard)
             return self.block(stmt.orelse, scope, guard)
         cid = self.new_cond(stmt.test)
+        text = self.caller_text(stmt.test, scope, text)
         yes, no = _cond(cid, text, True), _cond(cid, text, False)
         before = dict(scope.env)
         layers_before = dict(scope.layers)
@@ -1251,7 +1282,7 @@ class _MethodExtractor:
     def if_expression(self, e: ast.IfExp, scope: _Scope, guard: tuple[Cond, ...]) -> Operand:
         test = self.data_expr(e.test, scope, guard) if _has_data(e.test, scope) else None
         cid = self.new_cond(e.test)
-        text = self.src.segment(e.test)
+        text = self.caller_text(e.test, scope, self.src.segment(e.test))
         yes = self.expr(e.body, scope, (*guard, _cond(cid, text, True)))
         no = self.expr(e.orelse, scope, (*guard, _cond(cid, text, False)))
         out = self.fresh("_if")
@@ -1619,6 +1650,7 @@ class _MethodExtractor:
         saved_via = self.via
         self.via = (*self.via, self.src.pos(e))
         self.inline_stack.append(key)
+        self.caller_envs.append(dict(scope.env))
         try:
             try:
                 self.block(fn.body, callee_scope, guard)
@@ -1626,6 +1658,7 @@ class _MethodExtractor:
                 pass
         finally:
             self.inline_stack.pop()
+            self.caller_envs.pop()
             self.via = saved_via
         returns = callee_scope.returns
         if not returns:
@@ -1952,3 +1985,22 @@ def _data_names(e: ast.AST, scope: _Scope) -> list[str]:
                     if isinstance(item, _AST):
                         append(item)
     return list(seen)
+
+
+def _renamed(text: str, test: ast.expr, renames: dict[str, str]) -> str:
+    """`text` (the source of `test`) with the names in `renames` replaced where they occur."""
+    lines = text.split("\n")
+    edits: list[tuple[int, int, int, str]] = []
+    for node in ast.walk(test):
+        if isinstance(node, ast.Name) and node.id in renames and node.end_col_offset is not None:
+            row = node.lineno - test.lineno
+            if row >= len(lines) or not lines[row].isascii():
+                return HELPER_CONDITION + text
+            shift = test.col_offset if row == 0 else 0
+            edits.append((row, node.col_offset - shift, node.end_col_offset - shift, node.id))
+    for row, start, end, old in sorted(edits, reverse=True):
+        line = lines[row]
+        if line[start:end] != old:
+            return HELPER_CONDITION + text
+        lines[row] = line[:start] + renames[old] + line[end:]
+    return "\n".join(lines)

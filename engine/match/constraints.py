@@ -232,6 +232,55 @@ def _keep_mask_fill_is_lowest(match: Match, ix: MethodIndex) -> str | None:
 CHECKS["keep_mask_fill_is_lowest"] = _keep_mask_fill_is_lowest
 
 
+_NUMBER_OPS = {"add", "sub", "mul", "div", "floordiv", "mod", "pow", "neg", ".size", ".dim", ".numel", "len",
+               "math.sqrt", "math.log", "math.exp", "float", "int"}
+
+
+def _is_number(operand, ix: MethodIndex, depth: int = 0) -> bool:
+    """Proven a Python number: a numeric literal, or arithmetic of numbers and tensor sizes
+    (`value.size(-1) ** 0.5`)."""
+    if isinstance(operand, Const):
+        return numeric(operand) is not None
+    if isinstance(operand, Sym):
+        return bool(re.fullmatch(r"[\d.eE+\-*/() ]+", operand.text))
+    if not isinstance(operand, Var) or depth > 8:
+        return False
+    node = ix.defs.get(operand.name)
+    if node is None or node.kind != "op" or node.op not in _NUMBER_OPS:
+        return False
+    if node.op in (".size", ".dim", ".numel", "len"):
+        return node.op != ".size" or (len(node.inputs) == 2 and isinstance(node.inputs[1], Const))
+    operands = [*node.inputs, *(v for k, v in node.kwargs if k == "exponent")]
+    return bool(operands) and all(_is_number(i, ix, depth + 1) for i in operands)
+
+
+def _score_divisor_is_number(match: Match, ix: MethodIndex) -> str | None:
+    """A 0-d tensor of a number dividing the scores (GPT-2's `s / torch.full([], v.size(-1) ** 0.5,
+    dtype=s.dtype, device=s.device)`) is that number: the kernel's scale is its inverse, and the
+    dtype and device it read from the scores go with it (`$tdiv_number`; `$tdiv_tensor` keeps the
+    tensor bound, read by no template)."""
+    divisor = match.bindings.get("tdiv")
+    node = ix.defs.get(divisor.name) if isinstance(divisor, Var) else None
+    if node is None or node.op not in ("torch.full", "torch.tensor") or any(k == "requires_grad" for k, _ in node.kwargs):
+        return None
+    value = node.inputs[1] if node.op == "torch.full" and len(node.inputs) == 2 else \
+        node.inputs[0] if node.op == "torch.tensor" and len(node.inputs) == 1 else None
+    if node.op == "torch.full":
+        shape = node.inputs[0]
+        empty = (isinstance(shape, Sym) and shape.text.replace(" ", "") in ("[]", "()")) \
+            or (isinstance(shape, Const) and shape.value == ()) or (isinstance(shape, Seq) and not shape.items)
+        if not empty:
+            return None
+    if value is None or not _is_number(value, ix):
+        return None
+    match.bindings["tdiv_number"] = value
+    match.bindings["tdiv_tensor"] = match.bindings.pop("tdiv")
+    return None
+
+
+CHECKS["score_divisor_is_number"] = _score_divisor_is_number
+
+
 def _score_factor_is_constant(match: Match, ix: MethodIndex) -> str | None:
     """A tensor `$temp` multiplying the scores (a learned temperature), or `$tdiv` dividing them (a 0-d
     `torch.full([], sqrt(d))`), is constant along their last two axes (query and key): its rank is

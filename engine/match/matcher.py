@@ -68,6 +68,8 @@ class Match:
     pattern: Pattern | None = None  # the match block that matched
     # bindings that are None on some path the rewrite covers (the kernel takes them as None there)
     optional: set[str] = field(default_factory=set)
+    # score factors applied on one branch only: binding -> (the condition's text, the branch taken)
+    conditional: dict[str, tuple[str, bool]] = field(default_factory=dict)
 
     @property
     def matched_nodes(self) -> list[Node]:
@@ -120,6 +122,8 @@ class Finding:
     # other matches of the same root, fullest first, each with what analysing it needs: tried in
     # turn when synthesis cannot write this one (engine/match/scope.py `fallback`)
     fallbacks: list = field(default_factory=list, repr=False, compare=False)
+    # a helper's intermediate it returns to its callers escapes: the match may be rewritten at a call
+    hands_off: bool = field(default=False, repr=False, compare=False)
 
     def to_json(self) -> dict:
         return {

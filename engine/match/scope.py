@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from engine.dsl.ir import Cond, Const, FileModel, Node, Pos, Sym, Var
+from engine.dsl.ir import HELPER_CONDITION, Cond, Const, FileModel, Node, Pos, Sym, Var
 from engine.match import constraints
 from engine.match.matcher import FileIndexes, Finding, Match, MethodIndex, match_method
 from engine.match.rewritten_form import in_rewritten_form
@@ -252,7 +252,9 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding | N
                         # `_attn` returning `(attn_output, attn_weights)`: whether the caller needs
                         # them (`output_attentions`) is not known in the helper
                         helper = f"; `{match.method.name}` hands it to its callers, and only they know when it is needed"
-                    return near_miss(f"intermediate `{_source_name(name)}` escapes the match: {what} at {where}{helper}")
+                    refused = near_miss(f"intermediate `{_source_name(name)}` escapes the match: {what} at {where}{helper}")
+                    refused.hands_off = bool(helper)
+                    return refused
                 guards.append(frozenset((c.text, c.taken) for c in extra))
 
     # 3. decisions the match depends on beyond its root's own guard
@@ -268,7 +270,12 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding | N
         return near_miss("the match spans a helper function and its caller; rewrite the helper by hand or inline it")
 
     if guards:
-        finding.guard_text = _render_dnf(_simplify(guards))
+        terms = _simplify(guards)
+        opaque = next((text for term in terms for text, _ in term if text.startswith(HELPER_CONDITION)), None)
+        if opaque is not None and not rule.detect_only:
+            return near_miss(f"the original code would have to be kept when the helper's `{opaque[len(HELPER_CONDITION):]}` "
+                             "holds, which its caller cannot test")
+        finding.guard_text = _render_dnf(terms).replace(HELPER_CONDITION, "")
         if any(c.taken and c.text == finding.guard_text for c in match.root.guard):
             # this is the original code an earlier guarded rewrite kept under `if <guard>:`: the
             # rewritten form itself, not a finding (a near-miss here flagged the tool's own edit)
@@ -289,6 +296,8 @@ def _covered(match: Match, cid: int, taken: bool, siblings: list[Match], ix: Met
     """A decision is covered when the other branch matches too, with an optional statement absent
     whose input is None exactly there (`if attention_mask is not None: s = s + attention_mask`):
     the kernel then receives the variable itself, which is None on that branch."""
+    if _conditional_factor(match, cid, taken, siblings, ix):
+        return True
     summed = set(_SUMMED) if all(name in match.bindings for name in _SUMMED) else set()
     for other in siblings:
         if other is match or other.conditions.get(cid) != (not taken):
@@ -322,6 +331,35 @@ def _covered(match: Match, cid: int, taken: bool, siblings: list[Match], ix: Met
     return False
 
 
+# optional statements that only scale the scores, and the binding holding each one's factor
+_SCALE_STEPS = {"s1": ("factor", "tdiv_number"), "s1b": ("factor2",)}
+
+
+def _conditional_factor(match: Match, cid: int, taken: bool, siblings: list[Match], ix: MethodIndex) -> bool:
+    """A decision is covered when it only chooses whether a score factor applies: the match holds an
+    optional scale step on that branch, and a sibling match is the same but for that step, on the
+    other branch. The kernel's scale is then that factor there and 1.0 elsewhere. The condition must
+    read no tracked data (a flag such as `self.scale_attn_weights`): the kernel call evaluates it
+    again, later, where an intermediate it read may be gone."""
+    text = match.cond_text.get(cid, "")
+    phi = ix.phi_of(cid)
+    if not text or text.startswith(HELPER_CONDITION) or (phi is not None and phi.kwarg("test") is not None):
+        return False
+    for step, names in _SCALE_STEPS.items():
+        node = match.nodes.get(step)
+        factor = next((n for n in names if n in match.bindings), None)
+        if node is None or factor is None or not any(c.id == cid and c.taken == taken for c in node.guard):
+            continue
+        rest = {k: id(n) for k, n in match.nodes.items() if k != step}
+        for other in siblings:
+            if other is match or other.conditions.get(cid) != (not taken) or step not in other.skipped:
+                continue
+            if {k: id(n) for k, n in other.nodes.items()} == rest:
+                match.conditional[factor] = (text, taken)
+                return True
+    return False
+
+
 # Bindings the attention rewrite adds up into one mask when both are bound (engine/synthesize/layout.py):
 # there a None on one path is no pass-through (`None + bias` raises), so that path keeps the original;
 # `$mask` in a template stands for both.
@@ -348,6 +386,9 @@ def find(files: list[FileModel], rules: list[Rule], *, near_misses: bool = True)
 
 def _find_rule(rule: Rule, indexes: list[MethodIndex], near_misses: bool) -> list[Finding]:
     chosen: dict[frozenset, tuple[Match, MethodIndex, list[Match]]] = {}
+    # the same location inlined once into a caller: rewritten at the call where the helper's own
+    # finding says that only its callers know whether the intermediates are needed
+    at_calls: dict[frozenset, list[tuple[Match, MethodIndex, list[Match]]]] = {}
     loose: list[tuple[Match, MethodIndex]] = []
     for ix in indexes:
         matches = match_method(rule, ix, relaxed=near_misses)
@@ -366,8 +407,21 @@ def _find_rule(rule: Rule, indexes: list[MethodIndex], near_misses: bool) -> lis
             # helper's own (fewer inlining steps)
             if previous is None or len(best.root.via) < len(previous[0].root.via):
                 chosen[key] = (best, ix, group)
+            if len(best.root.via) == 1:
+                at_calls.setdefault(key, []).append((best, ix, group))
     # code already in the rule's rewritten form is no finding (analyse: None)
-    results = [_least_guarded(m, ix, group) for m, ix, group in chosen.values() if not in_rewritten_form(m, ix)]
+    results = []
+    for key, (m, ix, group) in chosen.items():
+        if in_rewritten_form(m, ix):
+            continue
+        finding = _least_guarded(m, ix, group)
+        if finding is not None and finding.hands_off and not m.root.via:
+            calls = [_least_guarded(*site) for site in at_calls.get(key, ())]
+            calls = [f for f in calls if f is not None and f.status in ("rewritten", "guarded")]
+            if calls:
+                results.extend(calls)
+                continue
+        results.append(finding)
     # structures that differ only in a constant, where nothing matched exactly: near-misses
     strict_positions = {p for key in chosen for p in key}  # (position, target) pairs
     relaxed_seen: set[frozenset] = set()

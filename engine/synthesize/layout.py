@@ -156,6 +156,12 @@ def lookup(match: Match, base: Callable[[str], str | None],
                 # which takes no None: where the code adds it only when present, so does the rewrite
                 return f"{text} if {text} is not None else 0.0"
             return text
+        if name == "factor":  # the score factors in series, each as the branch it runs on says
+            texts = {n: base(n) for n in ("factor", "tdiv_number", "factor2")}
+            if texts["tdiv_number"] is not None:  # `s / torch.full([], n)`: the factor 1 / n
+                texts["tdiv_number"] = f"1 / {_atom(texts['tdiv_number'])}"
+            terms = [_conditional(match, n, t) for n, t in texts.items() if t is not None]
+            return " * ".join(terms) if terms else None
         if name not in ("q", "k", "v"):
             return base(name)
         swap = (name == "k" and _needs_key_swap(match)) or (name == "v" and "pt" in match.nodes)
@@ -181,6 +187,12 @@ def lookup(match: Match, base: Callable[[str], str | None],
             return None
         if swap:
             text = _atom(text) + _SWAP
+        if name == "v" and _upcast(match):
+            # the code computed the scores in a wider dtype than the value's (`q.to(torch.float32)`)
+            # and cast the probabilities to the value's: the kernel takes one dtype, so the value
+            # is cast up for it and the result back (`upcast_result`)
+            q = base("q")
+            return f"{_atom(text)}.to({_atom(q)}.dtype)" if q is not None else None
         if name == "q" and "temp" in match.bindings:
             temp = base("temp")
             return f"({text} * {temp})" if temp is not None else None
@@ -190,6 +202,35 @@ def lookup(match: Match, base: Callable[[str], str | None],
         return text
 
     return adapted
+
+
+def _conditional(match: Match, name: str, text: str | None) -> str | None:
+    """A score factor the code applies only on one branch of an `if` (`if self.scale_attn_weights:
+    w = w / sqrt(d)`), as the factor there and 1.0 elsewhere."""
+    if text is None or name not in match.conditional:
+        return text
+    cond, taken = match.conditional[name]
+    yes, no = (text, "1.0") if taken else ("1.0", text)
+    return f"({yes} if {cond} else {no})"
+
+
+_CASTS = {".to", ".float", ".double", ".half", ".bfloat16", ".type"}
+
+
+def _upcast(match: Match) -> bool:
+    """The query is a cast of the code's own (`query = query.to(torch.float32)`) and the value is not
+    cast the same way."""
+    q, v = (_producer(match, match.bindings.get(n)) for n in ("q", "v"))
+    if q is None or q.op not in _CASTS:
+        return False
+    return v is None or v.op != q.op or v.inputs[1:] != q.inputs[1:] or v.kwargs != q.kwargs
+
+
+def upcast_result(match: Match, code: str, value: str | None) -> str:
+    """The kernel's result back in the value's dtype where `$v` was cast up for it."""
+    if value is None or not _upcast(match):
+        return code
+    return f"{_atom(code)}.to({_atom(value)}.dtype)"
 
 
 def result(match: Match, code: str) -> str:

@@ -25,7 +25,7 @@ from libcst.metadata import CodeRange
 
 from engine.dsl.ir import Const, Node, Operand, Pos, Seq, Sym, Var
 from engine.match.matcher import Finding, Match
-from engine.synthesize import layout
+from engine.synthesize import callsite, layout
 from engine.synthesize.context import FileContext
 from engine.synthesize.locate import AlignmentError, StatementIndex, expressions_in
 from engine.synthesize.strings import split_long_strings
@@ -111,6 +111,13 @@ class _Rewriter(cst.CSTTransformer):
             return updated.with_changes(body=self._filter(updated.body))
         if isinstance(updated, cst.If):
             return self._fold_if(updated)
+        if isinstance(updated, cst.Else) and isinstance(original.body, cst.IndentedBlock) \
+                and len(original.body.body) == 1 and original.body.body[0] in self.splices:
+            # an `else:` whose only statement became a guarded rewrite's `if`: that `if` is an `elif`
+            inner = updated.body.body if isinstance(updated.body, cst.IndentedBlock) else ()
+            if len(inner) == 1 and isinstance(inner[0], cst.If) and not inner[0].leading_lines \
+                    and not updated.leading_lines and updated.body.header.comment is None:  # type: ignore[union-attr]
+                return inner[0]
         body = getattr(updated, "body", None)
         if isinstance(body, cst.IndentedBlock) and not body.body and not isinstance(updated, cst.Else):
             return updated.with_changes(body=body.with_changes(body=[cst.SimpleStatementLine([cst.Pass()])]))
@@ -521,6 +528,7 @@ class Synthesizer:
             raise SynthesisError(f"the function could not be indexed for rewriting: {exc}") from exc
         self.positions = _ById(self.index.ranges)
         self.indent_unit = self._indent_unit()
+        self._callsite: callsite.Translation | None = None  # set while a match is written at a helper's call
 
     def _indent_unit(self) -> str:
         """The file's own indentation step, for the blocks synthesis creates."""
@@ -620,7 +628,7 @@ class Synthesizer:
             raise SynthesisError("the rule has no rewrite")
         root = match.root
         if root.via:
-            raise SynthesisError("the match lies inside a helper inlined into its caller")
+            return self._at_call(finding)
         if root.pos is None:
             raise SynthesisError("the root has no source position")
         matched = match.matched_nodes
@@ -651,6 +659,7 @@ class Synthesizer:
         new_code = layout.result(match, render_template(
             template, layout.lookup(match, lambda name: self.lookup(name, match, root_expr),
                                     lambda operand: self.render(operand, match))))
+        new_code = layout.upcast_result(match, new_code, self.lookup("v", match, root_expr))
         try:
             new_expr = cst.parse_expression(new_code)
         except cst.ParserSyntaxError as exc:
@@ -680,6 +689,88 @@ class Synthesizer:
         new_stmt = self._keep_separation(root_stmt.node, new_stmt, removable)
         footprint = [self._footprint(n) for n in [root_stmt.node, *removable]]
         return Edit({root_stmt.node: new_stmt}, set(removable), {}, footprint, code)
+
+    def _at_call(self, finding: Finding) -> Edit:
+        """The edit of a match inlined from a helper, made at the helper's call (callsite.py): the
+        call statement `out, weights = self._attn(...)` becomes `out, weights = <kernel>, None`,
+        under the finding's guard (in the caller's terms) where the caller may need the others."""
+        match = finding.match
+        assert match is not None
+        root = match.root
+        if len(root.via) != 1 or root.pos is None:
+            raise SynthesisError("the match lies in a helper of a helper")
+        call_pos = root.via[0]
+        call_stmt = self.statement_at(call_pos)
+        call_expr = self.expression_at(call_pos)
+        small = call_stmt.node.body[0] if len(call_stmt.node.body) == 1 else None  # type: ignore[attr-defined]
+        if not isinstance(small, cst.Assign) or len(small.targets) != 1 or not isinstance(call_expr, cst.Call) \
+                or not small.value.with_changes(lpar=[], rpar=[]).deep_equals(call_expr):
+            raise SynthesisError("the helper's result is not assigned by a statement of its own")
+        target = small.targets[0].target
+        names = list(target.elements) if isinstance(target, cst.Tuple) else [target]
+        if not all(isinstance(getattr(e, "value", e), cst.Name) for e in names):
+            raise SynthesisError("the helper's result is not assigned to plain names")
+        func = call_expr.func
+        bound_self = isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self"
+        helper = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else None
+        def_line = _def_line(self.lines, root.pos.line, helper)
+        caller_names = {p.name for p in match.method.params} | \
+            {_python_name(o) for n in match.method.nodes if not n.via for o in n.outputs if not _TEMP.match(o)}
+        try:
+            translation = callsite.Translation(self.lines, def_line, helper, self.source(call_pos), bound_self, caller_names,
+                                              {match.cond_text[c]: t for c, t in match.conditions.items() if c in match.cond_text})
+            returned = translation.returned()
+            if len(returned) != len(names) or (len(names) == 1 and isinstance(target, cst.Tuple)):
+                raise callsite.CallSiteError("the call unpacks another number of values than the helper returns")
+            position = next((i for i, e in enumerate(returned) if translation.binds_root(e, root.pos)), None)
+            if position is None:
+                raise callsite.CallSiteError("the helper does not return the attention's result as it is")
+            self._callsite = translation
+            try:
+                template = self.context.localize(match.rule.rewrite)
+                new_code = layout.result(match, render_template(
+                    template, layout.lookup(match, lambda name: self.lookup(name, match, call_expr),
+                                            lambda operand: self.render(operand, match))))
+                new_code = layout.upcast_result(match, new_code, self.lookup("v", match, call_expr))
+            finally:
+                self._callsite = None
+            try:
+                new_code = cst.Module([]).code_for_node(tidy(cst.parse_expression(new_code)))
+            except cst.ParserSyntaxError as exc:
+                raise SynthesisError(f"the rule's template gives invalid Python: {new_code!r}") from exc
+        except callsite.CallSiteError as exc:
+            raise SynthesisError(f"cannot be written at the call of `{helper}`: {exc}") from exc
+        texts = [_tidy_assignment(text) for text in translation.preamble()]
+        for i, name in enumerate(names):
+            written = cst.Module([]).code_for_node(getattr(name, "value", name))
+            texts.append(f"{written} = {new_code if i == position else 'None'}")
+        for text in texts:
+            try:
+                cst.parse_statement(text)
+            except cst.ParserSyntaxError as exc:
+                raise SynthesisError(f"the rule's template gives invalid Python: {text!r}") from exc
+        guard = None
+        if finding.status == "guarded":
+            guard = plain(cst.parse_expression(finding.guard_text or "False"))
+            known = evaluate(guard, self.enclosing_facts(call_stmt.node))
+            if known is True or evaluate(guard, {}) is True:
+                raise SynthesisError(f"the guard `{_key(guard)}` always holds here: the kernel would never run")
+            if known is False:
+                guard = None
+        width = call_stmt.range.start.column + (len(self.indent_unit.expandtabs()) if guard is not None else 0)
+        statements = []
+        for text in texts:
+            formatted = self.context.style.format_statement(text, width)
+            try:
+                statements.append(cst.parse_statement(formatted))
+            except cst.ParserSyntaxError:
+                statements.append(cst.parse_statement(text))
+        if guard is None:  # under a guard the comments above the call stay with it, in the original's branch
+            statements[0] = statements[0].with_changes(leading_lines=call_stmt.node.leading_lines)  # type: ignore[attr-defined]
+        new_stmt = statements[0] if len(statements) == 1 else cst.FlattenSentinel(statements)
+        if guard is not None:
+            return self._guarded(finding, guard, call_stmt, new_stmt, [], new_code, [])
+        return Edit({call_stmt.node: new_stmt}, set(), {}, [self._footprint(call_stmt.node)], new_code)
 
     def _keep_separation(self, root: cst.CSTNode, new_stmt: cst.CSTNode, removable: list[cst.CSTNode]) -> cst.CSTNode:
         """The blank line that set the removed statements off from the code above them stays: the
@@ -977,6 +1068,8 @@ class Synthesizer:
         return None
 
     def render(self, operand: Operand, match: Match) -> str:
+        if self._callsite is not None:
+            return self._render_at_call(operand, match, self._callsite)
         if isinstance(operand, Var):
             if _TEMP.match(operand.name):
                 producer = next((n for n in match.method.nodes if operand.name in n.outputs), None)
@@ -1001,6 +1094,70 @@ class Synthesizer:
                 return f"[{inner}]"
             return f"({inner},)" if len(operand.items) == 1 else f"({inner})"
         raise SynthesisError(f"cannot render {operand!r}")
+
+
+    def _render_at_call(self, operand: Operand, match: Match, translation: callsite.Translation) -> str:
+        """An operand of a match inlined from a helper, in the caller's terms at the call."""
+        root = match.root
+        if isinstance(operand, Var):
+            producer = next((n for n in match.method.nodes if operand.name in n.outputs), None)
+            if producer is not None and producer.via == root.via:
+                if producer.pos is None or producer.kind == "phi":
+                    raise callsite.CallSiteError(f"`{_python_name(operand.name)}` is chosen by a branch of the helper")
+                if _TEMP.match(operand.name):
+                    text = translation.text(" ".join(self.source(producer.pos).split()), producer.pos.line)
+                else:  # the helper's variable, read just after the statement that assigns it
+                    text = translation.after(_python_name(operand.name), producer.pos.line)
+                return text if re.fullmatch(r"[\w.]+", text) else f"({text})"
+            if producer is not None and producer.kind == "op" and producer.op == "assign" and producer.pos == root.via[0]:
+                return self._render_at_call(producer.inputs[0], match, translation)  # a parameter given a constant
+            if producer is not None and _TEMP.match(operand.name):
+                raise callsite.CallSiteError("an argument of the call is an expression")
+            return _python_name(operand.name)  # the caller's variable passed to the helper
+        if isinstance(operand, Sym):
+            user = next((n for n in match.matched_nodes if any(i is operand for i in n.inputs) and n.pos is not None), root)
+            text = translation.text(operand.text, user.pos.line)  # type: ignore[union-attr]
+            return text if re.fullmatch(r"[\w.\[\]]+", text) else f"({text})"
+        if isinstance(operand, Seq):
+            inner = ", ".join(self._render_at_call(i, match, translation) for i in operand.items)
+            if operand.kind == "list":
+                return f"[{inner}]"
+            return f"({inner},)" if len(operand.items) == 1 else f"({inner})"
+        return self.render_plain(operand)
+
+    def render_plain(self, operand: Operand) -> str:
+        if isinstance(operand, Const):
+            return repr(operand.value)
+        raise SynthesisError(f"cannot render {operand!r}")
+
+
+def _tidy_assignment(text: str) -> str:
+    """`name = value` with the value tidied (see tidy.py)."""
+    try:
+        stmt = cst.parse_statement(text)
+    except cst.ParserSyntaxError:
+        return text
+    small = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 else None
+    if not isinstance(small, cst.Assign):
+        return text
+    return cst.Module([]).code_for_node(stmt.with_changes(body=[small.with_changes(value=tidy(small.value))])).strip()
+
+
+def _def_line(lines: list[str], line: int, name: str | None) -> int:
+    """The `def` line of the function named `name` that holds file line `line` (the nearest `def` or
+    `class` above it, less indented, must be that one)."""
+    text = lines[line - 1]
+    indent = len(text) - len(text.lstrip())
+    for i in range(line - 1, 0, -1):
+        row = lines[i - 1]
+        stripped = row.lstrip()
+        if not stripped or len(row) - len(stripped) >= indent:
+            continue
+        if name and re.match(rf"(async\s+)?def\s+{re.escape(name)}\b", stripped):
+            return i
+        if re.match(r"(async\s+)?def\s|class\s", stripped):
+            break
+    raise SynthesisError(f"the helper `{name}` could not be found above line {line}")
 
 
 def _whole_value(stmt: cst.CSTNode, expr: cst.BaseExpression) -> bool:

@@ -446,6 +446,41 @@ class AttentionPool(nn.Module):
 def build():
     return AttentionPool(), tuple(torch.randn(2, 2, 5, 8) for _ in range(3))
 """),
+    ("GPT-2's scale_attn_weights and scale_attn_by_inverse_layer_idx: factors under flags, all four settings",
+     "sdpa-attention", """
+class Attention(nn.Module):
+    def __init__(self, scale, by_layer, layer_idx=2):
+        super().__init__()
+        self.scale_attn_weights = scale
+        self.scale_attn_by_inverse_layer_idx = by_layer
+        self.layer_idx = layer_idx
+
+    def forward(self, q, k, v):
+        w = torch.matmul(q, k.transpose(-1, -2))
+        if self.scale_attn_weights:
+            w = w / torch.full([], v.size(-1) ** 0.5, dtype=w.dtype, device=w.device)
+        if self.scale_attn_by_inverse_layer_idx:
+            w = w / float(self.layer_idx + 1)
+        return nn.functional.softmax(w, dim=-1) @ v
+
+
+class Panel(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.each = nn.ModuleList(Attention(a, b) for a in (True, False) for b in (True, False))
+
+    def forward(self, q, k, v):
+        return tuple(m(q, k, v) for m in self.each)
+
+def build():
+    return Panel(), tuple(torch.randn(2, 2, 5, 8) for _ in range(3))
+"""),
+    ("GPT-2's causal torch.where after a 0-d torch.full divisor reading the scores' dtype", "sdpa-attention",
+     "\n" + _GPT2_CAUSAL.replace("attn_weights = attn_weights / (value.size(-1) ** 0.5)",
+                                 "attn_weights = attn_weights / torch.full([], value.size(-1) ** 0.5, "
+                                 "dtype=attn_weights.dtype, device=attn_weights.device)") + """def build():
+    return CausalSelfAttention(), tuple(torch.randn(2, 2, 5, 8) for _ in range(3))
+"""),
     ("GPT-2 causal torch.where keep mask, no additive mask", "sdpa-attention", "\n" + _GPT2_CAUSAL + """def build():
     return CausalSelfAttention(), tuple(torch.randn(2, 2, 6, 8) for _ in range(3))
 """),

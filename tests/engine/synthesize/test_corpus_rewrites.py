@@ -81,3 +81,17 @@ def test_no_finding_is_refused_for_an_invalid_template(rewritten):
     bad = [f"{p.parent.name}: {f.reason}" for p, _, findings, _ in rewritten for f in findings
            if f.reason and "invalid Python" in f.reason]
     assert not bad, "\n".join(bad[:10])
+
+
+def test_attention_helpers_are_rewritten_at_their_calls(rewritten):
+    """GPT-2, GPT-Neo and CodeGen keep their attention in `_attn`, which returns the weights: each
+    is rewritten at the call, under the caller's reason to need them, and the helper stays as is."""
+    by_model = {p.parent.name: (old, findings, new) for p, old, findings, new in rewritten}
+    for model in ("gpt2", "gpt_neo", "codegen"):
+        old, findings, new = by_model[model]
+        attention = [f for f in findings if f.rule_id == "sdpa-attention"]
+        assert [f.status for f in attention] == ["guarded"], (model, [(f.status, f.reason) for f in attention])
+        assert "output_attentions" in (attention[0].guard_text or "")
+        helper = old[old.index("    def _attn("):old.index("\n    def ", old.index("    def _attn(") + 1)]
+        assert helper in new, f"{model}: the helper changed"
+        assert new.count("scaled_dot_product_attention(") == old.count("scaled_dot_product_attention(") + 1

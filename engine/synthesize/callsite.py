@@ -1,0 +1,283 @@
+"""Attention computed in a helper, rewritten where the helper is called.
+
+GPT-2's `_attn(query, key, value, attention_mask, head_mask)` returns `(attn_output, attn_weights)`;
+only its caller knows whether the weights are needed (`output_attentions`). The extractor inlines the
+helper into its caller, so the match is found there, with the guard in the caller's terms. The
+rewrite replaces the call statement `attn_output, attn_weights = self._attn(...)` by the kernel call,
+the other returned values None, under that guard; the helper itself stays as it is (the guarded
+path and any other caller still use it).
+
+The template's operands are written in the helper's terms; `Translation` restates a helper
+expression in the caller's: a parameter becomes the argument passed for it (or its default), a local
+of the helper the expression that assigned it (recursively), a global stays when the caller does not
+shadow it. What cannot be restated that way is refused with the reason: a value chosen by a branch
+of the helper, a parameter rebound in a loop, an argument that is itself an expression the kernel
+call would evaluate twice, a helper that also stores state or changes a tensor in place.
+"""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+from dataclasses import dataclass
+
+from engine.dsl.ir import Pos
+
+_SIMPLE = (ast.Name, ast.Attribute, ast.Constant)
+
+
+class CallSiteError(Exception):
+    """The helper's match cannot be written at its call; the message says why."""
+
+
+_Place = tuple  # ((block, index), ...): a statement of the helper, from its body into `if` blocks
+
+
+@dataclass
+class _Binding:
+    place: _Place  # the statement that binds the name
+    value: ast.expr | None  # the expression bound (None: bound in a way that has no expression)
+    stmt: ast.stmt
+
+
+class Translation:
+    """A helper's expressions in its caller's terms, for one call of it.
+
+    `lines` are the file's lines; `def_line` is the `def` line (1-based) of the helper named `helper`; `call` the call's
+    source text; `bound_self` whether it is called as a method (`self._attn(...)`); `caller_names`
+    the names the caller binds (its parameters and assignments)."""
+
+    def __init__(self, lines: list[str], def_line: int, helper: str | None, call: str, bound_self: bool,
+                 caller_names: set[str], known: dict[str, bool] | None = None) -> None:
+        first = lines[def_line - 1]
+        self.indent = len(first) - len(first.lstrip())
+        fn = None
+        for end in range(def_line, len(lines) + 1):  # the first end at a dedent where the function parses
+            nxt = lines[end] if end < len(lines) else ""
+            if end < len(lines) and (not nxt.strip() or len(nxt) - len(nxt.lstrip()) > self.indent):
+                continue
+            source = textwrap.dedent("".join(lines[def_line - 1:end]))
+            try:
+                fn = ast.parse(source).body[0]
+            except (SyntaxError, IndexError):
+                continue
+            break
+        if not isinstance(fn, ast.FunctionDef) or fn.name != helper:
+            raise CallSiteError("the helper could not be read")
+        self.def_line = def_line
+        self.source = source
+        self.fn = fn
+        self.caller_names = caller_names
+        self.emitted: dict[tuple, str] = {}  # helper statement (its path) -> its text in the caller's terms
+        self.known = known or {}  # conditions the match decides (in the caller's terms) -> the branch taken
+        self._check_effects()
+        self.params = self._arguments(call, bound_self)
+
+    # -- the helper -------------------------------------------------------------------------------
+
+    def _check_effects(self) -> None:
+        body = self.fn.body
+        returns = [n for n in ast.walk(self.fn) if isinstance(n, (ast.Return, ast.Yield, ast.YieldFrom))]
+        if len(returns) != 1 or not isinstance(body[-1], ast.Return) or returns[0] is not body[-1]:
+            raise CallSiteError(f"the helper `{self.fn.name}` does not end in its only return")
+        for node in ast.walk(self.fn):
+            if isinstance(node, (ast.Global, ast.Nonlocal, ast.Delete, ast.With, ast.AsyncWith, ast.Try,
+                                 ast.FunctionDef, ast.Lambda, ast.ClassDef)) and node is not self.fn:
+                raise CallSiteError(f"the helper `{self.fn.name}` does more than compute values (line "
+                                    f"{self.def_line + node.lineno - 1})")
+            targets = node.targets if isinstance(node, ast.Assign) else \
+                [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For)) else []
+            for target in targets:
+                if any(isinstance(t, (ast.Attribute, ast.Subscript, ast.Starred)) for t in ast.walk(target)):
+                    raise CallSiteError(f"the helper `{self.fn.name}` stores state (line {self.def_line + node.lineno - 1})")
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr.endswith("_") \
+                    and not node.func.attr.startswith("__"):
+                raise CallSiteError(f"the helper `{self.fn.name}` changes a tensor in place (`{node.func.attr}`)")
+            if isinstance(node, ast.Expr) and not (isinstance(node.value, ast.Constant) and node is body[0]):
+                raise CallSiteError(f"the helper `{self.fn.name}` has a statement whose effect the kernel path would "
+                                    f"skip (line {self.def_line + node.lineno - 1})")
+
+    def _arguments(self, call: str, bound_self: bool) -> dict[str, str]:
+        call = call.strip()
+        try:
+            expr = ast.parse(call, mode="eval").body
+        except SyntaxError as exc:
+            raise CallSiteError("the call could not be read") from exc
+        if not isinstance(expr, ast.Call):
+            raise CallSiteError("the helper's result is not taken from a plain call")
+        args = self.fn.args
+        if args.vararg or args.kwarg or any(isinstance(a, ast.Starred) for a in expr.args) \
+                or any(k.arg is None for k in expr.keywords):
+            raise CallSiteError("the helper takes variable arguments")
+        params = [*args.posonlyargs, *args.args]
+        if bound_self:
+            params = params[1:]
+        out: dict[str, str] = {}
+        for param, value in zip(params, expr.args, strict=False):
+            out[param.arg] = self._argument(value, call)
+        for keyword in expr.keywords:
+            out[keyword.arg] = self._argument(keyword.value, call)  # type: ignore[index]
+        defaults = dict(zip([p.arg for p in params][len(params) - len(args.defaults):], args.defaults, strict=True))
+        defaults.update({p.arg: d for p, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is not None})
+        for name, default in defaults.items():
+            if name not in out:
+                out[name] = self._argument(default, None)
+        return out
+
+    def _argument(self, value: ast.expr, call: str | None) -> str:
+        if not all(isinstance(n, (*_SIMPLE, ast.Load, ast.UnaryOp, ast.USub)) for n in ast.walk(value)):
+            raise CallSiteError(f"the argument `{ast.unparse(value)}` is an expression the kernel call would repeat")
+        if call is None:  # a default: evaluated where the helper is defined
+            for n in ast.walk(value):
+                if isinstance(n, ast.Name) and n.id in self.caller_names:
+                    raise CallSiteError(f"the default `{ast.unparse(value)}` names a variable of the caller")
+        return ast.get_source_segment(call, value) if call is not None else ast.unparse(value)  # type: ignore[return-value]
+
+    # -- restating ----------------------------------------------------------------------------------
+
+    def _stores(self, name: str) -> int:
+        return sum(1 for n in ast.walk(self.fn) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store)) \
+            + sum(1 for a in self.fn.args.args + self.fn.args.posonlyargs + self.fn.args.kwonlyargs if a.arg == name)
+
+    def preamble(self) -> list[str]:
+        """The helper's statements the kernel's branch repeats (in the caller's terms), in order."""
+        return [self.emitted[i] for i in sorted(self.emitted)]
+
+    def _place(self, line: int) -> _Place:
+        """The helper's statement holding the file line `line`, as a path of (block, index) frames
+        from the function's body into the `if` blocks around it."""
+        row = line - self.def_line + 1
+        frames: list[tuple[list[ast.stmt], int]] = []
+        body = self.fn.body
+        while True:
+            index = next((i for i, st in enumerate(body) if st.lineno <= row <= (st.end_lineno or st.lineno)), None)
+            if index is None:
+                raise CallSiteError(f"line {line} is not in the helper")
+            frames.append((body, index))
+            stmt = body[index]
+            inner = [b for b in ((stmt.body, stmt.orelse) if isinstance(stmt, ast.If) else ())
+                     if any(st.lineno <= row <= (st.end_lineno or st.lineno) for st in b)]
+            if not inner:
+                return tuple(frames)
+            body = inner[0]
+
+    def returned(self) -> list[ast.expr]:
+        value = self.fn.body[-1].value  # type: ignore[attr-defined]
+        if value is None:
+            raise CallSiteError("the helper returns nothing")
+        return list(value.elts) if isinstance(value, ast.Tuple) else [value]
+
+    def binds_root(self, element: ast.expr, root: Pos) -> bool:
+        """Whether the returned `element` is the root's value (the root itself, or a name the root's
+        statement assigned and nothing rebinds)."""
+        if self._at(element, root):
+            return True
+        if isinstance(element, ast.Name):
+            binding = self._binding(element.id, ((self.fn.body, len(self.fn.body) - 1),))
+            return binding is not None and binding.value is not None and self._at(binding.value, root)
+        return False
+
+    def _at(self, node: ast.expr, pos: Pos) -> bool:
+        return (self.def_line + node.lineno - 1, node.col_offset + self.indent) == (pos.line, pos.col)
+
+    def _binding(self, name: str, place: _Place) -> _Binding | None:
+        """What `name` holds just before the statement at `place`: its assignment in the same block
+        or an enclosing one, looking into an earlier `if` whose branch the match decides (`known`)."""
+        for depth in range(len(place) - 1, -1, -1):
+            body, before = place[depth]
+            outer = place[:depth]
+            for i in range(before - 1, -1, -1):
+                found = self._bound_in(name, body, i, (*outer, (body, i)))
+                if found is not None:
+                    return found
+        return None
+
+    def _bound_in(self, name: str, body: list[ast.stmt], i: int, place: _Place) -> _Binding | None:
+        stmt = body[i]
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+            target, value = stmt.targets[0], stmt.value
+            if isinstance(target, ast.Name) and target.id == name:
+                return _Binding(place, value, stmt)
+            if isinstance(target, ast.Tuple) and any(isinstance(t, ast.Name) and t.id == name for t in target.elts):
+                if isinstance(value, ast.Tuple) and len(value.elts) == len(target.elts):
+                    k = next(j for j, t in enumerate(target.elts) if isinstance(t, ast.Name) and t.id == name)
+                    return _Binding(place, value.elts[k], stmt)
+                return _Binding(place, None, stmt)
+        elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.target.id == name:
+            return _Binding(place, stmt.value, stmt)
+        if not any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store) for n in ast.walk(stmt)):
+            return None
+        if isinstance(stmt, ast.If):
+            test = " ".join((ast.get_source_segment(self.source, stmt.test) or "").split())
+            taken = self.known.get(self._text(test, place, 0)) if test else None
+            branch = stmt.body if taken else stmt.orelse if taken is False else None
+            if branch is not None:
+                for j in range(len(branch) - 1, -1, -1):
+                    inner = self._bound_in(name, branch, j, (*place, (branch, j)))
+                    if inner is not None:
+                        return inner
+                return None  # the branch the match takes leaves it as it was
+        return _Binding(place, None, stmt)  # assigned in a branch, a loop or an augmented assignment
+
+    def text(self, source: str, line: int, depth: int = 0) -> str:
+        """`source`, an expression of the helper read at its statement holding `line`, in the
+        caller's terms."""
+        return self._text(source, self._place(line), depth)
+
+    def after(self, name: str, line: int) -> str:
+        """The helper's variable `name` just after the statement holding `line` assigned it."""
+        place = self._place(line)
+        body, index = place[-1]
+        return self._text(name, (*place[:-1], (body, index + 1)), 0)
+
+    def _text(self, source: str, index: _Place, depth: int) -> str:
+        if depth > 16:
+            raise CallSiteError("the helper's values nest too deeply to restate")
+        try:
+            tree = ast.parse(f"({source})", mode="eval").body
+        except SyntaxError as exc:
+            raise CallSiteError(f"`{source}` could not be read") from exc
+        edits: list[tuple[int, int, str]] = []
+        rows = f"({source})".split("\n")
+        starts = [0]
+        for row in rows[:-1]:
+            starts.append(starts[-1] + len(row) + 1)
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Lambda, ast.comprehension, ast.NamedExpr)):
+                raise CallSiteError(f"`{source}` binds names of its own")
+            if not isinstance(node, ast.Name) or node.id == "self":
+                continue
+            new = self._name(node.id, index, depth)
+            if new != node.id:
+                begin = starts[node.lineno - 1] + node.col_offset - 1
+                edits.append((begin, begin + len(node.id), new))
+        out = source
+        for begin, end, new in sorted(edits, reverse=True):
+            out = out[:begin] + new + out[end:]
+        return out
+
+    def _name(self, name: str, place: _Place, depth: int) -> str:
+        binding = self._binding(name, place)
+        if binding is not None:
+            if binding.value is None:
+                raise CallSiteError(f"`{name}` is chosen by a branch or a loop of the helper `{self.fn.name}`")
+            stmt = binding.stmt
+            targets = [n.id for n in ast.walk(stmt.targets[0])  # type: ignore[attr-defined]
+                       if isinstance(n, ast.Name)] if isinstance(stmt, ast.Assign) else []
+            if targets and not any(t in self.caller_names or self._stores(t) != 1 for t in targets):
+                # a local of the helper assigned once, under a name the caller does not use: the
+                # kernel's branch assigns it the same way, and the template reads it by name
+                key = tuple(i for _, i in binding.place)
+                if key not in self.emitted:
+                    value = " ".join((ast.get_source_segment(self.source, stmt.value) or ast.unparse(stmt.value)).split())
+                    lhs = " ".join((ast.get_source_segment(self.source, stmt.targets[0]) or "").split())
+                    self.emitted[key] = f"{lhs} = {self._text(value, binding.place, depth + 1)}"
+                return name
+            segment = " ".join((ast.get_source_segment(self.source, binding.value) or ast.unparse(binding.value)).split())
+            inner = self._text(segment, binding.place, depth + 1)
+            return inner if isinstance(binding.value, (*_SIMPLE, ast.Call, ast.Subscript)) else f"({inner})"
+        if name in self.params:
+            return self.params[name]
+        if name in self.caller_names:
+            raise CallSiteError(f"the helper's global `{name}` is a variable of its caller")
+        return name

@@ -1,0 +1,127 @@
+"""Attention computed in a helper that returns its weights (GPT-2's `_attn`) is rewritten where the
+helper is called, guarded on the caller's own reason to need the weights; the helper stays."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.scan import scan_source, select_rules
+
+torch = pytest.importorskip("torch")
+
+pytestmark = pytest.mark.torch
+
+SOURCE = '''
+import torch
+from torch import nn
+
+
+class Attention(nn.Module):
+    def __init__(self, n=6):
+        super().__init__()
+        self.register_buffer("bias", torch.tril(torch.ones(n, n, dtype=torch.bool)).view(1, 1, n, n))
+        self.attn_dropout = nn.Dropout(0.0)
+
+    def _attn(self, query, key, value, attention_mask=None, head_mask=None):
+        query_length, key_length = query.size(-2), key.size(-2)
+        causal_mask = self.bias[:, :, key_length - query_length : key_length, :key_length]
+        attn_weights = torch.matmul(query, key.transpose(-1, -2))
+        mask_value = torch.finfo(attn_weights.dtype).min
+        mask_value = torch.tensor(mask_value, dtype=attn_weights.dtype).to(attn_weights.device)
+        attn_weights = torch.where(causal_mask, attn_weights, mask_value)
+        if attention_mask is not None:
+            attn_weights = attn_weights + attention_mask
+        attn_weights = nn.functional.softmax(attn_weights, dim=-1)
+        attn_weights = self.attn_dropout(attn_weights)
+        if head_mask is not None:
+            attn_weights = attn_weights * head_mask
+        attn_output = torch.matmul(attn_weights, value)
+        return attn_output, attn_weights
+
+    def forward(self, x, layer_mask=None, heads=None, output_attentions=False):
+        q, k, v = x, x * 0.5, x.flip(-1)
+        attn_output, attn_weights = self._attn(q, k, v, layer_mask, heads)
+        outputs = (attn_output,)
+        if output_attentions:
+            outputs += (attn_weights,)
+        return outputs
+'''
+
+
+def _load(source):
+    namespace: dict = {}
+    exec(compile(source, "<case>", "exec"), namespace)  # noqa: S102 - the source written above
+    return namespace["Attention"]
+
+
+def _scan(source):
+    return scan_source(source, select_rules("sdpa-attention"), "case.py", "case")
+
+
+def test_the_call_is_rewritten_under_the_callers_condition():
+    findings, new = _scan(SOURCE)
+    assert [(f.status, f.guard_text) for f in findings] == [("guarded", "heads is not None or output_attentions")]
+    assert SOURCE.split("def forward")[0] == new.split("def forward")[0]  # the helper is unchanged
+    forward = new.split("def forward")[1]
+    assert "scaled_dot_product_attention(" in forward and "attn_weights = None" in forward
+    assert "self._attn(q, k, v, layer_mask, heads)" in forward  # kept where the weights are needed
+    assert "causal_mask = self.bias[:, :, key_length - query_length : key_length, :key_length]" in forward
+    assert _scan(new)[1] == new  # idempotent
+
+    original, rewritten = _load(SOURCE)(), _load(new)()
+    rewritten.load_state_dict(original.state_dict())
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, 6, 8, generator=gen, dtype=torch.float64)
+    pad = torch.zeros(2, 1, 1, 6, dtype=torch.float64)
+    pad[0, ..., -2:] = torch.finfo(torch.float64).min
+    heads = torch.rand(1, 3, 1, 1, generator=gen, dtype=torch.float64)
+    calls = []
+    handle = torch.nn.functional.scaled_dot_product_attention
+    try:
+        torch.nn.functional.scaled_dot_product_attention = lambda *a, **k: calls.append(1) or handle(*a, **k)
+        for mask in (None, pad):
+            for head in (None, heads):
+                for weights in (False, True):
+                    got, want = rewritten(x, mask, head, weights), original(x, mask, head, weights)
+                    assert len(got) == len(want)
+                    for a, b in zip(got, want, strict=True):
+                        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+    finally:
+        torch.nn.functional.scaled_dot_product_attention = handle
+    assert len(calls) == 2  # the kernel ran where neither head mask nor weights were asked for
+
+
+def test_arguments_are_read_in_the_callers_terms():
+    # the caller passes its `heads` as the helper's attention mask and its mask as the head mask
+    source = SOURCE.replace("self._attn(q, k, v, layer_mask, heads)", "self._attn(q, k, v, heads, layer_mask)")
+    findings, new = _scan(source)
+    assert [(f.status, f.guard_text) for f in findings] == [("guarded", "layer_mask is not None or output_attentions")]
+    assert "+ (heads if heads is not None else 0)" in new.split("def forward")[1]
+
+
+@pytest.mark.parametrize("change, to, reason", [
+    ("        attn_output = torch.matmul(attn_weights, value)\n",
+     "        attn_output = torch.matmul(attn_weights, value)\n        self.last = attn_weights\n",
+     "escapes the match: stored"),
+    ("        query_length, key_length = query.size(-2), key.size(-2)\n",
+     "        query_length, key_length = query.size(-2), key.size(-2)\n        if query_length > 3:\n"
+     "            key_length = key.size(-2)\n",
+     "`key_length` is chosen by a branch or a loop of the helper `_attn`"),
+    ("        attn_output = torch.matmul(attn_weights, value)\n",
+     "        attn_output = torch.matmul(attn_weights, value)\n        print(attn_output)\n",
+     "has a statement whose effect the kernel path would skip"),
+])
+def test_a_helper_the_call_cannot_stand_for_is_left_with_its_reason(change, to, reason):
+    source = SOURCE.replace(change, to)
+    findings, new = _scan(source)
+    assert new == source
+    assert [f.status for f in findings] == ["near-miss"], [(f.status, f.reason) for f in findings]
+    assert reason in findings[0].reason
+
+
+def test_a_caller_that_always_reads_the_weights_is_not_rewritten():
+    source = SOURCE.replace("        if output_attentions:\n            outputs += (attn_weights,)\n",
+                            "        outputs += (attn_weights,)\n")
+    findings, new = _scan(source)
+    assert new == source
+    assert [f.status for f in findings] == ["near-miss"]
