@@ -680,6 +680,7 @@ class _MethodExtractor:
         self.via: tuple[Pos, ...] = ()
         self.inline_stack: list[str] = []
         self.caller_envs: list[dict[str, str]] = []  # the callers' name bindings at each inlined call
+        self.inline_consts: dict[str, str] = {}  # inlined parameters bound to a constant -> its text
         self.generated: set[str] = set()  # temporaries and merge results made up by extraction
         self.avoid_temps = fx.src.temp_like_names()
         self.positions = fx.src.positions
@@ -726,6 +727,10 @@ class _MethodExtractor:
             if ssa is None:
                 if node.id in caller:
                     return HELPER_CONDITION + text  # a global of the helper, a local of the caller
+                continue
+            constant = self.inline_consts.get(ssa)
+            if constant is not None:
+                renames[node.id] = constant
                 continue
             name = ssa.split(".", 1)[0]
             if caller.get(name) != ssa:
@@ -1644,6 +1649,8 @@ class _MethodExtractor:
             else:
                 ssa = self.fresh(param.arg)
                 self.emit("op", "assign", (bound,), (), guard, e, outputs=(ssa,))
+                if isinstance(bound, Const) and (bound.value is None or isinstance(bound.value, (bool, int, float))):
+                    self.inline_consts[ssa] = repr(bound.value)  # a default or literal: its text in a condition
                 if isinstance(bound, (Const, Sym)) and not isinstance(getattr(bound, "value", None), (str, bool)):
                     self.kinds[ssa] = "scalar"
                 env[param.arg] = ssa

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 
 from engine.dsl.ir import HELPER_CONDITION, Cond, Const, FileModel, Node, Pos, Sym, Var
@@ -25,11 +26,38 @@ def _literal_text(text: str, taken: bool) -> str:
     return f"not {text}" if text.replace("_", "").replace(".", "").isalnum() else f"not ({text})"
 
 
+def _constant_truth(text: str) -> bool | None:
+    """The value of a condition made of constants only (`None is not None`: a helper's test of a
+    parameter its caller left at its default), else None."""
+    try:
+        tree = ast.parse(text, mode="eval")
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return None
+    allowed = (ast.Expression, ast.Constant, ast.Compare, ast.BoolOp, ast.UnaryOp, ast.Not, ast.And, ast.Or,
+               ast.Is, ast.IsNot, ast.Eq, ast.NotEq)
+    if not all(isinstance(n, allowed) for n in ast.walk(tree)):
+        return None
+    try:
+        value = eval(compile(tree, "<condition>", "eval"), {"__builtins__": {}})  # noqa: S307 - constants only
+    except Exception:  # noqa: BLE001 - a comparison that raises decides nothing
+        return None
+    return value if isinstance(value, bool) else None
+
+
 def _simplify(terms: list[frozenset]) -> list[frozenset]:
     """Simplify a disjunction of conjunctions of (condition text, truth) literals: merge terms that
     differ in one literal's truth only (X and A or not X and A == A) and drop absorbed terms
-    (A or A and B == A)."""
-    current = set(terms)
+    (A or A and B == A). A literal of constants only is decided: a false one drops its term, a true
+    one leaves it."""
+    decided = []
+    for term in terms:
+        truths = {(text, taken): _constant_truth(text) for text, taken in term}
+        if any(t is not None and t != taken for (_, taken), t in truths.items()):
+            continue
+        decided.append(frozenset(lit for lit, t in truths.items() if t is None))
+    if not decided and terms:
+        return []
+    current = set(decided)
     changed = True
     while changed:
         changed = False
@@ -269,8 +297,8 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding | N
     if len(bodies) > 1 and "same_helper" not in rule.constraints:
         return near_miss("the match spans a helper function and its caller; rewrite the helper by hand or inline it")
 
-    if guards:
-        terms = _simplify(guards)
+    terms = _simplify(guards) if guards else []
+    if terms:
         opaque = next((text for term in terms for text, _ in term if text.startswith(HELPER_CONDITION)), None)
         if opaque is not None and not rule.detect_only:
             return near_miss(f"the original code would have to be kept when the helper's `{opaque[len(HELPER_CONDITION):]}` "

@@ -125,3 +125,16 @@ def test_a_caller_that_always_reads_the_weights_is_not_rewritten():
     findings, new = _scan(source)
     assert new == source
     assert [f.status for f in findings] == ["near-miss"]
+
+
+def test_a_parameter_left_at_its_default_decides_the_helpers_condition():
+    # no head mask passed: the helper's `head_mask is not None` is `None is not None` at this call,
+    # false, so it is no reason to keep the original
+    source = SOURCE.replace("self._attn(q, k, v, layer_mask, heads)", "self._attn(q, k, v, layer_mask)")
+    findings, new = _scan(source)
+    assert [(f.status, f.guard_text) for f in findings] == [("guarded", "output_attentions")]
+    original, rewritten = _load(source)(), _load(new)()
+    x = torch.randn(2, 3, 6, 8, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    for weights in (False, True):
+        for a, b in zip(rewritten(x, None, None, weights), original(x, None, None, weights), strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
