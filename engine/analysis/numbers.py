@@ -25,6 +25,8 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from functools import lru_cache
 
+from engine.extract.imports import Imports
+
 # fused kernels whose `scale` keyword is declared `Optional[float]`
 SCALE_FLOAT_KERNELS = frozenset({
     "torch.nn.functional.scaled_dot_product_attention",
@@ -154,3 +156,121 @@ def call_site_values(tree: ast.Module, cls: str, name: str, param: str) -> list[
             continue  # the call raises (a required argument missing): it computes nothing
         values.append(given)
     return values
+
+
+# ---------------------------------------------------------------------------------------------
+# Single-element values of `__init__`: a learned scalar built from a constructor argument
+# (vit-pytorch's LSA: `nn.Parameter(torch.log(torch.tensor(dim_head ** -0.5)))`) is folded into q
+# only where that argument provably holds one element. Its default (`dim_head = 64`) is no proof: a
+# caller may pass anything. What is: `__init__` completed, so every size it handed `nn.Linear` on
+# its straight-line path was accepted, and a size is accepted only as an integer scalar (a Python
+# or NumPy integer) or a one-element integer tensor (of any rank). An arithmetic result of one
+# element has operands of one element each (broadcasting never shrinks a dimension but to 0, and a
+# size of no element is no size); a list or string operand makes no size at all. So each name that
+# such a size is built from, assigned once, holds one element, and so does every arithmetic of
+# those names, `torch.tensor` of it, and elementwise math of that.
+
+_SIZE_LAYERS = {"torch.nn.Linear": ("in_features", "out_features")}
+_ELEMENTWISE = {"torch.log", "torch.exp", "torch.sqrt", "torch.abs", "torch.neg"}
+_TENSOR_OF = {"torch.tensor", "torch.as_tensor"}
+
+
+def _class(tree: ast.Module, cls: str) -> ast.ClassDef | None:
+    found = [s for s in tree.body if isinstance(s, ast.ClassDef) and s.name == cls]
+    return found[0] if len(found) == 1 else None
+
+
+def _single_names(tree: ast.Module, cls: str) -> tuple[frozenset[str], Imports] | None:
+    klass = _class(tree, cls)
+    init = _function(tree, cls, "__init__") if klass is not None else None
+    if init is None:
+        return None
+    imports = Imports(tree, "")
+    # names bound exactly once in __init__ (a parameter counts as one binding)
+    bound: dict[str, list[ast.expr | None]] = {a.arg: [None] for a in [*init.args.posonlyargs, *init.args.args,
+                                                                       *init.args.kwonlyargs]}
+    for node in ast.walk(init):
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For, ast.comprehension)):
+            targets = [node.target]
+        elif isinstance(node, ast.NamedExpr):
+            targets = [node.target]
+        for target in targets:
+            for name in ast.walk(target):
+                if isinstance(name, ast.Name):
+                    value = node.value if isinstance(node, ast.Assign) and target is name else None
+                    bound.setdefault(name.id, []).append(value)
+    once = {name: values[0] for name, values in bound.items() if len(values) == 1}
+    single: set[str] = set()
+
+    def mark(e: ast.expr) -> None:
+        if isinstance(e, ast.Name) and e.id in once and e.id not in single:
+            single.add(e.id)
+            if once[e.id] is not None:
+                mark(once[e.id])  # type: ignore[arg-type]
+        elif isinstance(e, ast.BinOp) and isinstance(e.op, _ARITHMETIC):
+            mark(e.left)
+            mark(e.right)
+        elif isinstance(e, ast.UnaryOp) and isinstance(e.op, (ast.USub, ast.UAdd)):
+            mark(e.operand)
+
+    for stmt in init.body:  # the straight-line path only: a size under a branch may never be handed over
+        if isinstance(stmt, (ast.If, ast.For, ast.While, ast.Try, ast.With, ast.FunctionDef, ast.ClassDef)):
+            continue
+        for call in _always_run(stmt):
+            if not isinstance(call, ast.Call):
+                continue
+            sizes = _SIZE_LAYERS.get(imports.qualify(call.func) or "")
+            if sizes is None or any(isinstance(a, ast.Starred) for a in call.args):
+                continue
+            for arg in call.args[:len(sizes)]:
+                mark(arg)
+            for keyword in call.keywords:
+                if keyword.arg in sizes:
+                    mark(keyword.value)
+    return frozenset(single), imports
+
+
+_MAYBE_RUN = (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.IfExp, ast.BoolOp)
+
+
+def _always_run(node: ast.AST) -> Iterator[ast.AST]:
+    """The nodes of a statement evaluated whenever it runs: not inside a lambda, a comprehension, a
+    conditional expression or a short-circuit `and`/`or`."""
+    yield node
+    for child in ast.iter_child_nodes(node):
+        if not isinstance(child, _MAYBE_RUN):
+            yield from _always_run(child)
+
+
+def _single_value(e: ast.expr, names: frozenset[str]) -> bool:
+    """A number, or a value of one element (`names` hold one each), under arithmetic."""
+    if isinstance(e, ast.Name):
+        return e.id in names
+    if isinstance(e, ast.BinOp) and isinstance(e.op, _ARITHMETIC):
+        return _single_value(e.left, names) and _single_value(e.right, names)
+    if isinstance(e, ast.UnaryOp) and isinstance(e.op, (ast.USub, ast.UAdd)):
+        return _single_value(e.operand, names)
+    return ast_number(e)
+
+
+def constructor_single_element(tree: ast.Module, cls: str, text: str) -> bool:
+    """The value `text` builds in `cls.__init__` (a parameter's initial value) holds one element:
+    `torch.tensor` of a single-element value, under elementwise math."""
+    found = _single_names(tree, cls)
+    if found is None:
+        return False
+    names, imports = found
+    try:
+        e = ast.parse(text, mode="eval").body
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    while isinstance(e, ast.Call) and imports.qualify(e.func) in _ELEMENTWISE and len(e.args) == 1 and not e.keywords:
+        e = e.args[0]
+    if not (isinstance(e, ast.Call) and imports.qualify(e.func) in _TENSOR_OF and len(e.args) == 1):
+        return False
+    if any(k.arg not in ("dtype", "device", "requires_grad") for k in e.keywords):
+        return False
+    return _single_value(e.args[0], names)

@@ -199,6 +199,35 @@ class ShapeFacts:
             return bool(operands) and all(self.number(o, True, depth + 1) for o in operands)
         return numbers.math_number_text(node.op + "()")
 
+    def single_element(self, operand: Operand | None, depth: int = 0) -> bool:
+        """`operand` holds exactly one element, whatever its rank: a parameter `__init__` builds as
+        `torch.tensor` of a value proven to have one element (engine.analysis.numbers), under
+        shape-keeping methods (`self.temperature.exp()`). Such a factor broadcasts as a constant
+        over every axis."""
+        if isinstance(operand, Sym):
+            return self._attribute_single(operand.text)
+        if not isinstance(operand, Var) or depth > 8:
+            return False
+        node = self.defs.get(operand.name)
+        if node is None:
+            return False
+        if node.op == "?" and node.target and node.target.startswith("self.") and not node.inputs:
+            base, _, method = node.target.rpartition(".")
+            return ("." + method in _SAME_SHAPE or method in _SAME_SHAPE) and self._attribute_single(base)
+        if node.kind == "op" and node.op in _SAME_SHAPE and node.inputs:
+            return self.single_element(node.inputs[0], depth + 1)
+        return False
+
+    def _attribute_single(self, text: str) -> bool:
+        if self.cls is None or self.method.pos is None:
+            return False
+        defs = [d for d in self.cls.layers if d.attr == text]
+        if len(defs) != 1 or defs[0].type not in _PARAM_WRAPPERS or not defs[0].args or defs[0].guard \
+                or not isinstance(defs[0].args[0], Sym):
+            return False
+        tree = numbers.tree_of(self.method.pos.file)
+        return tree is not None and numbers.constructor_single_element(tree, self.cls.name, defs[0].args[0].text)
+
     def _number_param(self, name: str, none_ok: bool) -> bool:
         method = self.method
         if not any(p.name == name and p.kind in ("normal", "kwonly") for p in method.params):

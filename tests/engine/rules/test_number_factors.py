@@ -133,3 +133,64 @@ def test_an_unproven_factor_is_a_near_miss(name, source):
     assert new == source
     reasons = [f.reason or "" for f in findings if f.rule_id == "sdpa-attention"]
     assert any("not provably constant" in r for r in reasons), reasons
+
+
+# vit-pytorch's LSA: a learned temperature built from a constructor argument that `__init__` also
+# hands `nn.Linear` as part of a size, so it holds one element (a size is an integer scalar or a
+# one-element integer tensor), whatever the caller passed
+LSA = HEADER + '''
+class Attention(nn.Module):
+    def __init__(self, dim=16, heads=2, dim_head=8):
+        super().__init__()
+        inner_dim = dim_head * heads
+        self.temperature = nn.Parameter(torch.log(torch.tensor(dim_head ** -0.5)))
+        self.to_qkv = nn.Linear(dim, inner_dim * 3, bias=False)
+
+    def forward(self, q, k, v):
+        dots = torch.matmul(q, k.transpose(-1, -2)) * self.temperature.exp()
+        return torch.matmul(dots.softmax(dim=-1), v)
+'''
+
+
+def test_a_single_element_temperature_is_folded_and_keeps_its_gradient():
+    new, findings = _rewrite(LSA)
+    assert "q * self.temperature.exp()" in new and "scale=1.0" in new, [(f.status, f.reason) for f in findings]
+    runs = []
+    for source in (LSA, new):
+        namespace: dict = {}
+        exec(compile(source, "<case>", "exec"), namespace)  # noqa: S102
+        module = namespace["Attention"]().double()
+        with torch.no_grad():
+            module.temperature.fill_(0.7)  # away from its initial value
+        gen = torch.Generator().manual_seed(0)
+        q, k, v = (torch.randn(2, 2, n, 8, generator=gen, dtype=torch.float64, requires_grad=True) for n in (5, 6, 6))
+        out = module(q, k, v)
+        (out * torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view(out.shape)).sum().backward()
+        runs.append((out.detach(), q.grad, k.grad, v.grad, module.temperature.grad))
+    for a, b in zip(*runs, strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-12, atol=1e-12)
+    # and a one-element tensor argument of any rank is folded the same way
+    namespace = {}
+    exec(compile(new, "<case>", "exec"), namespace)  # noqa: S102
+    odd = namespace["Attention"](dim=16, heads=2, dim_head=torch.tensor([[8]]))
+    assert odd.temperature.numel() == 1
+
+
+@pytest.mark.parametrize(("name", "edit"), [
+    ("the size does not involve the argument", ("nn.Linear(dim, inner_dim * 3", "nn.Linear(dim, dim * 3")),
+    ("the size is handed over on one branch only",
+     ("        self.to_qkv = nn.Linear", "        if dim:\n            self.to_qkv = nn.Linear")),
+    ("the argument is rebound", ("        inner_dim = dim_head * heads", "        inner_dim = dim_head * heads\n        dim_head = dim_head + 0")),
+    ("the size is handed over under a conditional expression",
+     ("nn.Linear(dim, inner_dim * 3, bias=False)", "nn.Linear(dim, inner_dim * 3, bias=False) if dim else nn.Identity()")),
+    ("the size is handed over in a comprehension",
+     ("        self.to_qkv = nn.Linear(dim, inner_dim * 3, bias=False)",
+      "        self.to_qkv = nn.ModuleList([nn.Linear(dim, inner_dim * 3) for _ in range(dim)])")),
+])
+def test_a_temperature_not_proven_single_is_a_near_miss(name, edit):
+    source = LSA.replace(*edit)
+    assert source != LSA
+    new, findings = _rewrite(source)
+    assert new == source
+    reasons = [f.reason or "" for f in findings if f.rule_id == "sdpa-attention"]
+    assert any("not provably constant" in r for r in reasons), reasons
