@@ -8,6 +8,7 @@ import fnmatch
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine.analysis import numbers
 from engine.dsl.ir import Diagnostic, FileModel
 from engine.extract import extract_source
 from engine.extract.imports import module_name_for
@@ -90,7 +91,8 @@ def _included(rel: str, include: list[str] | None, exclude: list[str] | None) ->
 def _find(fm: FileModel, text: str, rules: list[Rule]) -> list[Finding]:
     """The rules' findings in one extracted file, fallbacks of a fused path beside them marked
     `already-fused` (never rewritten), and those the source suppresses marked `suppressed`."""
-    findings = find([fm], rules)
+    with numbers.source(fm.path, text):  # call sites and attributes read from the source
+        findings = find([fm], rules)
     mark_already_fused(text, fm.module, findings, {r.id: r.kernel for r in rules if r.kernel})
     apply_suppressions(findings, text)
     return findings

@@ -21,6 +21,7 @@ import itertools
 from dataclasses import dataclass
 from functools import lru_cache
 
+from engine.analysis import numbers
 from engine.dsl import canonical as C
 from engine.dsl.ir import ClassModel, Const, Method, Node, Operand, Seq, Sym, Var
 
@@ -91,6 +92,7 @@ _SAME_SHAPE = {
     # select, gather, roll or flip along an axis: the same axes (the selected one changes its size)
     ".index_select", "torch.index_select", ".gather", "torch.gather", ".roll", "torch.roll", ".flip", "torch.flip",
 }
+_NUMBER_ARITHMETIC = {"add", "sub", "mul", "div", "floordiv", "mod", "pow", "neg", "pos"}
 # elementwise with broadcasting: every tensor operand aligned from the right
 _BROADCAST = {"add", "sub", "mul", "div", "torch.where", "torch.maximum", "torch.minimum", "masked_fill"}
 # layers that keep their input's shape
@@ -170,6 +172,74 @@ class ShapeFacts:
         if shape is None or not shape.exact or len(shape.axes) < count:
             return False
         return all(a.unit for a in shape.axes[len(shape.axes) - count:])
+
+    def number(self, operand: Operand | None, none_ok: bool = False, depth: int = 0) -> bool:
+        """`operand` is provably a Python number (None too where `none_ok`): a literal, arithmetic of
+        numbers, `math.sqrt(...)`, a merge of numbers, or a parameter that engine.analysis.numbers
+        proves one (a fused kernel's `scale`, or what every call of a private helper passes)."""
+        if isinstance(operand, Const):
+            value = operand.value
+            return isinstance(value, (int, float, complex)) or (none_ok and value is None)
+        if isinstance(operand, Sym):
+            return _is_number_text(operand.text) or numbers.math_number_text(operand.text)
+        if not isinstance(operand, Var) or depth > 8:
+            return False
+        node = self.defs.get(operand.name)
+        if node is None:
+            return self._number_param(operand.name, none_ok)
+        if node.kind == "phi":
+            return all(self.number(i, none_ok, depth + 1) for i in node.inputs if isinstance(i, Var))
+        if node.kind != "op":
+            return False
+        if node.op == "assign":
+            return bool(node.inputs) and self.number(node.inputs[0], none_ok, depth + 1)
+        if node.op in _NUMBER_ARITHMETIC:
+            # an operand that is None raises: the result is a number wherever there is one
+            operands = [*node.inputs, *(v for _, v in node.kwargs)]
+            return bool(operands) and all(self.number(o, True, depth + 1) for o in operands)
+        return numbers.math_number_text(node.op + "()")
+
+    def single_element(self, operand: Operand | None, depth: int = 0) -> bool:
+        """`operand` holds exactly one element, whatever its rank: a parameter `__init__` builds as
+        `torch.tensor` of a value proven to have one element (engine.analysis.numbers), under
+        shape-keeping methods (`self.temperature.exp()`). Such a factor broadcasts as a constant
+        over every axis."""
+        if isinstance(operand, Sym):
+            return self._attribute_single(operand.text)
+        if not isinstance(operand, Var) or depth > 8:
+            return False
+        node = self.defs.get(operand.name)
+        if node is None:
+            return False
+        if node.op == "?" and node.target and node.target.startswith("self.") and not node.inputs:
+            base, _, method = node.target.rpartition(".")
+            return ("." + method in _SAME_SHAPE or method in _SAME_SHAPE) and self._attribute_single(base)
+        if node.kind == "op" and node.op in _SAME_SHAPE and node.inputs:
+            return self.single_element(node.inputs[0], depth + 1)
+        return False
+
+    def _attribute_single(self, text: str) -> bool:
+        if self.cls is None or self.method.pos is None:
+            return False
+        defs = [d for d in self.cls.layers if d.attr == text]
+        if len(defs) != 1 or defs[0].type not in _PARAM_WRAPPERS or not defs[0].args or defs[0].guard \
+                or not isinstance(defs[0].args[0], Sym):
+            return False
+        tree = numbers.tree_of(self.method.pos.file)
+        return tree is not None and numbers.constructor_single_element(tree, self.cls.name, defs[0].args[0].text)
+
+    def _number_param(self, name: str, none_ok: bool) -> bool:
+        method = self.method
+        if not any(p.name == name and p.kind in ("normal", "kwonly") for p in method.params):
+            return False
+        if none_ok and any((n.op in numbers.SCALE_FLOAT_KERNELS or n.target in numbers.SCALE_FLOAT_KERNELS)
+                           and n.kwarg("scale") == Var(name) for n in method.nodes):
+            return True  # the fused kernel's own scale: `float | None`
+        tree = numbers.tree_of(method.pos.file) if method.pos is not None and self.cls is not None else None
+        if tree is None or self.cls is None:
+            return False
+        values = numbers.call_site_values(tree, self.cls.name, method.name, name)
+        return bool(values) and all(numbers.ast_number(v, none_ok) for v in values)  # type: ignore[union-attr]
 
     # -- derivation ------------------------------------------------------------------------
 

@@ -286,7 +286,11 @@ def _score_factor_is_constant(match: Match, ix: MethodIndex) -> str | None:
     `torch.full([], sqrt(d))`), is constant along their last two axes (query and key): its rank is
     proven and those axes are size 1 (`nn.Parameter(torch.ones(heads, 1, 1))`), or it has none, so it
     can be folded into the query (`(q * temp) @ k^T == (q @ k^T) * temp`) and SDPA runs with
-    `scale=1.0`; gradients still reach the parameter."""
+    `scale=1.0`; gradients still reach the parameter. A factor that is a Python number is folded the
+    same way: a function parameter proven one (engine.analysis.numbers: a fused kernel's `scale` in
+    the same function, or what every call of a private helper passes), or None (`s * None` and
+    `q * None` both raise); and a tensor proven to hold one element (a parameter built in `__init__`
+    as `torch.tensor` of a constructor argument that a layer size proves one element)."""
     key = "temp" if "temp" in match.bindings else "tdiv" if "tdiv" in match.bindings else None
     if key is None:
         return None
@@ -294,6 +298,10 @@ def _score_factor_is_constant(match: Match, ix: MethodIndex) -> str | None:
     shape = ix.shapes.shape(temp)
     if shape is not None and shape.exact and all(a.unit for a in shape.axes[-2:]):
         return None
+    if ix.shapes.number(temp, none_ok=True):
+        return None  # a Python number (folded into q as well: where it is None, both raise)
+    if ix.shapes.single_element(temp):
+        return None  # one element: constant along every axis, whatever its rank
     node = ix.defs.get(temp.name) if isinstance(temp, Var) else None
     text = getattr(temp, "text", None) or (node.target if node is not None and node.target else None) \
         or getattr(temp, "name", "the factor").split(".")[0]

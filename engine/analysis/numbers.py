@@ -1,0 +1,276 @@
+"""Which values are Python numbers: facts about factors that are not tensors.
+
+A factor multiplying attention scores can be folded into the query (`(q * s) @ k^T == (q @ k^T) * s`)
+when it is constant along the key axis: a Python number is, and so is None in the sense that matters
+(`scores * None` and `q * None` both raise). A function parameter is a number where the code says
+so, never by its name or its default alone:
+
+  * the function passes it as `scale=` to a fused attention kernel (`F.scaled_dot_product_attention`,
+    `flex_attention`), whose `scale` is declared `float | None`: the parameter is that kernel's scale,
+    by the function's own contract (as an annotation `float` would say);
+  * the function is private to its file (`_name`, not a dunder) and every use of its name in the file
+    is a plain call (`_helper(...)` of a module function, `self._helper(...)` of a method of its own
+    class) that passes a number or None for the parameter, or leaves it to a default that is one.
+
+Reading call sites needs the file's source, which the extracted structure does not carry: the scan
+makes it known for the duration of matching (`source`), and without it these facts are absent.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from functools import lru_cache
+
+from engine.extract.imports import Imports
+
+# fused kernels whose `scale` keyword is declared `Optional[float]`
+SCALE_FLOAT_KERNELS = frozenset({
+    "torch.nn.functional.scaled_dot_product_attention",
+    "torch.nn.attention.flex_attention.flex_attention",
+})
+
+# `math.<name>` that is a number, or a call that returns one whatever its (valid) argument: not
+# `floor`/`ceil`/`prod` (a tensor's `__floor__`, `*` of tensors return tensors)
+_MATH_NUMBER = re.compile(r"math\.(sqrt|log|log2|log10|exp|pow|isqrt|pi|e|inf|tau)(\(.*\))?")
+_ARITHMETIC = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow)
+
+_SOURCE: ContextVar[tuple[str, str] | None] = ContextVar("adopter_source", default=None)
+
+
+@contextmanager
+def source(path: str, text: str) -> Iterator[None]:
+    """Make the source text of the file at `path` known to the facts while matching it."""
+    token = _SOURCE.set((path, text))
+    try:
+        yield
+    finally:
+        _SOURCE.reset(token)
+
+
+def tree_of(path: str) -> ast.Module | None:
+    """The parsed source of `path` where the scan made it known, else None."""
+    known = _SOURCE.get()
+    if known is None or known[0] != path:
+        return None
+    return _parse(known[1])
+
+
+@lru_cache(maxsize=8)
+def _parse(text: str) -> ast.Module | None:
+    try:
+        return ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+
+def math_number_text(text: str) -> bool:
+    """`math.sqrt(d)`, `math.pi`: the math module's value is a number (or the call raises)."""
+    return _MATH_NUMBER.fullmatch(text.replace(" ", "")) is not None
+
+
+def ast_number(e: ast.expr, none_ok: bool = False) -> bool:
+    """The expression is provably a Python number (None too where `none_ok`): literals, arithmetic of
+    such (an operand that is None raises, so the result is never None), `math.sqrt(...)` and kin."""
+    if isinstance(e, ast.Constant):
+        return (isinstance(e.value, (int, float, complex)) and not isinstance(e.value, str)) \
+            or (none_ok and e.value is None)
+    if isinstance(e, ast.UnaryOp) and isinstance(e.op, (ast.USub, ast.UAdd)):
+        return ast_number(e.operand, True)
+    if isinstance(e, ast.BinOp) and isinstance(e.op, _ARITHMETIC):
+        return ast_number(e.left, True) and ast_number(e.right, True)
+    if isinstance(e, ast.Call | ast.Attribute):
+        return math_number_text(ast.unparse(e))
+    return False
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _function(tree: ast.Module, cls: str, name: str) -> ast.FunctionDef | None:
+    """The one definition of `name`: a module-level function (`cls` "__module__") or a method of the
+    module-level class `cls`; None where there is not exactly one."""
+    if cls == "__module__":
+        body = tree.body
+    else:
+        classes = [s for s in tree.body if isinstance(s, ast.ClassDef) and s.name == cls]
+        if len(classes) != 1:
+            return None
+        body = classes[0].body
+    defs = [s for s in body if isinstance(s, ast.FunctionDef | ast.AsyncFunctionDef) and s.name == name]
+    return defs[0] if len(defs) == 1 and isinstance(defs[0], ast.FunctionDef) else None
+
+
+def call_site_values(tree: ast.Module, cls: str, name: str, param: str) -> list[ast.expr] | None:
+    """What every call of the private function `name` (of class `cls`, or of the module) in the file
+    passes for `param` (its default where a call leaves it out). None where the function is not
+    private, is decorated, is never called, or its name is used otherwise than in such calls (passed
+    as a value, called on another object, called with `*args`/`**kwargs`)."""
+    if not _private(name):
+        return None
+    fn = _function(tree, cls, name)
+    if fn is None or fn.decorator_list:
+        return None
+    positional = [*fn.args.posonlyargs, *fn.args.args]
+    if cls != "__module__":
+        positional = positional[1:]  # self
+    names = [a.arg for a in positional]
+    defaults = dict(zip(names[len(names) - len(fn.args.defaults):], fn.args.defaults, strict=True))
+    defaults.update({a.arg: d for a, d in zip(fn.args.kwonlyargs, fn.args.kw_defaults, strict=True) if d is not None})
+    index = names.index(param) if param in names else None
+    if index is None and param not in {a.arg for a in fn.args.kwonlyargs}:
+        return None
+    owner = next((s for s in tree.body if isinstance(s, ast.ClassDef) and s.name == cls), None)
+    calls: list[ast.Call] = []
+    for parent in ast.walk(tree):
+        for child in ast.iter_child_nodes(parent):
+            if isinstance(child, ast.Name) and child.id == name:
+                if cls != "__module__" or not (isinstance(parent, ast.Call) and parent.func is child):
+                    return None
+                calls.append(parent)
+            elif isinstance(child, ast.Attribute) and child.attr == name:
+                if cls == "__module__" or not (isinstance(parent, ast.Call) and parent.func is child
+                                               and isinstance(child.value, ast.Name) and child.value.id == "self"):
+                    return None
+                calls.append(parent)
+    if cls != "__module__":
+        inside = {id(n) for n in ast.walk(owner)} if owner is not None else set()
+        if any(id(c) not in inside for c in calls):
+            return None  # `self._helper(...)` in another class: another object's method
+    if not calls:
+        return None
+    values: list[ast.expr] = []
+    for call in calls:
+        if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+            return None
+        given = next((k.value for k in call.keywords if k.arg == param), None)
+        if given is None and index is not None and index < len(call.args):
+            given = call.args[index]
+        if given is None:
+            given = defaults.get(param)
+        if given is None:
+            continue  # the call raises (a required argument missing): it computes nothing
+        values.append(given)
+    return values
+
+
+# ---------------------------------------------------------------------------------------------
+# Single-element values of `__init__`: a learned scalar built from a constructor argument
+# (vit-pytorch's LSA: `nn.Parameter(torch.log(torch.tensor(dim_head ** -0.5)))`) is folded into q
+# only where that argument provably holds one element. Its default (`dim_head = 64`) is no proof: a
+# caller may pass anything. What is: `__init__` completed, so every size it handed `nn.Linear` on
+# its straight-line path was accepted, and a size is accepted only as an integer scalar (a Python
+# or NumPy integer) or a one-element integer tensor (of any rank). An arithmetic result of one
+# element has operands of one element each (broadcasting never shrinks a dimension but to 0, and a
+# size of no element is no size); a list or string operand makes no size at all. So each name that
+# such a size is built from, assigned once, holds one element, and so does every arithmetic of
+# those names, `torch.tensor` of it, and elementwise math of that.
+
+_SIZE_LAYERS = {"torch.nn.Linear": ("in_features", "out_features")}
+_ELEMENTWISE = {"torch.log", "torch.exp", "torch.sqrt", "torch.abs", "torch.neg"}
+_TENSOR_OF = {"torch.tensor", "torch.as_tensor"}
+
+
+def _class(tree: ast.Module, cls: str) -> ast.ClassDef | None:
+    found = [s for s in tree.body if isinstance(s, ast.ClassDef) and s.name == cls]
+    return found[0] if len(found) == 1 else None
+
+
+def _single_names(tree: ast.Module, cls: str) -> tuple[frozenset[str], Imports] | None:
+    klass = _class(tree, cls)
+    init = _function(tree, cls, "__init__") if klass is not None else None
+    if init is None:
+        return None
+    imports = Imports(tree, "")
+    # names bound exactly once in __init__ (a parameter counts as one binding)
+    bound: dict[str, list[ast.expr | None]] = {a.arg: [None] for a in [*init.args.posonlyargs, *init.args.args,
+                                                                       *init.args.kwonlyargs]}
+    for node in ast.walk(init):
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For, ast.comprehension)):
+            targets = [node.target]
+        elif isinstance(node, ast.NamedExpr):
+            targets = [node.target]
+        for target in targets:
+            for name in ast.walk(target):
+                if isinstance(name, ast.Name):
+                    value = node.value if isinstance(node, ast.Assign) and target is name else None
+                    bound.setdefault(name.id, []).append(value)
+    once = {name: values[0] for name, values in bound.items() if len(values) == 1}
+    single: set[str] = set()
+
+    def mark(e: ast.expr) -> None:
+        if isinstance(e, ast.Name) and e.id in once and e.id not in single:
+            single.add(e.id)
+            if once[e.id] is not None:
+                mark(once[e.id])  # type: ignore[arg-type]
+        elif isinstance(e, ast.BinOp) and isinstance(e.op, _ARITHMETIC):
+            mark(e.left)
+            mark(e.right)
+        elif isinstance(e, ast.UnaryOp) and isinstance(e.op, (ast.USub, ast.UAdd)):
+            mark(e.operand)
+
+    for stmt in init.body:  # the straight-line path only: a size under a branch may never be handed over
+        if isinstance(stmt, (ast.If, ast.For, ast.While, ast.Try, ast.With, ast.FunctionDef, ast.ClassDef)):
+            continue
+        for call in _always_run(stmt):
+            if not isinstance(call, ast.Call):
+                continue
+            sizes = _SIZE_LAYERS.get(imports.qualify(call.func) or "")
+            if sizes is None or any(isinstance(a, ast.Starred) for a in call.args):
+                continue
+            for arg in call.args[:len(sizes)]:
+                mark(arg)
+            for keyword in call.keywords:
+                if keyword.arg in sizes:
+                    mark(keyword.value)
+    return frozenset(single), imports
+
+
+_MAYBE_RUN = (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.IfExp, ast.BoolOp)
+
+
+def _always_run(node: ast.AST) -> Iterator[ast.AST]:
+    """The nodes of a statement evaluated whenever it runs: not inside a lambda, a comprehension, a
+    conditional expression or a short-circuit `and`/`or`."""
+    yield node
+    for child in ast.iter_child_nodes(node):
+        if not isinstance(child, _MAYBE_RUN):
+            yield from _always_run(child)
+
+
+def _single_value(e: ast.expr, names: frozenset[str]) -> bool:
+    """A number, or a value of one element (`names` hold one each), under arithmetic."""
+    if isinstance(e, ast.Name):
+        return e.id in names
+    if isinstance(e, ast.BinOp) and isinstance(e.op, _ARITHMETIC):
+        return _single_value(e.left, names) and _single_value(e.right, names)
+    if isinstance(e, ast.UnaryOp) and isinstance(e.op, (ast.USub, ast.UAdd)):
+        return _single_value(e.operand, names)
+    return ast_number(e)
+
+
+def constructor_single_element(tree: ast.Module, cls: str, text: str) -> bool:
+    """The value `text` builds in `cls.__init__` (a parameter's initial value) holds one element:
+    `torch.tensor` of a single-element value, under elementwise math."""
+    found = _single_names(tree, cls)
+    if found is None:
+        return False
+    names, imports = found
+    try:
+        e = ast.parse(text, mode="eval").body
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    while isinstance(e, ast.Call) and imports.qualify(e.func) in _ELEMENTWISE and len(e.args) == 1 and not e.keywords:
+        e = e.args[0]
+    if not (isinstance(e, ast.Call) and imports.qualify(e.func) in _TENSOR_OF and len(e.args) == 1):
+        return False
+    if any(k.arg not in ("dtype", "device", "requires_grad") for k in e.keywords):
+        return False
+    return _single_value(e.args[0], names)

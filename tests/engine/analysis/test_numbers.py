@@ -1,0 +1,54 @@
+"""engine.analysis.numbers: what every call of a private helper passes, read from the source, or
+nothing where some use of the helper is not such a call."""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+
+from engine.analysis.numbers import ast_number, call_site_values
+
+SOURCE = '''
+def _helper(q, scale=None):
+    return q * scale
+
+def caller(q):
+    return _helper(q) + _helper(q, 0.5) + _helper(q, scale=2 ** -0.5)
+
+class A:
+    def _m(self, q, scale=1.0):
+        return q * scale
+
+    def forward(self, q):
+        return self._m(q) + self._m(q, scale=3)
+'''
+
+
+def _values(source: str, cls: str, name: str, param: str):
+    values = call_site_values(ast.parse(source), cls, name, param)
+    return None if values is None else [ast.unparse(v) for v in values]
+
+
+def test_every_call_binds_the_parameter():
+    assert sorted(_values(SOURCE, "__module__", "_helper", "scale")) == ["0.5", "2 ** (-0.5)", "None"]
+    assert sorted(_values(SOURCE, "A", "_m", "scale")) == ["1.0", "3"]
+
+
+@pytest.mark.parametrize(("edit", "cls", "name"), [
+    (("def _helper(", "def helper("), "__module__", "helper"),  # public: callers elsewhere
+    (("return _helper(q) +", "f = _helper\n    return f(q) +"), "__module__", "_helper"),  # a value
+    (("_helper(q, 0.5)", "_helper(*[q, 0.5])"), "__module__", "_helper"),  # unpacked arguments
+    (("    def _m(", "    @staticmethod\n    def _m("), "A", "_m"),  # decorated
+    (("class A:", "class B:\n    def g(self, q):\n        return self._m(q, q)\n\nclass A:"), "A", "_m"),  # B's own _m
+])
+def test_a_use_that_is_not_a_plain_call_proves_nothing(edit, cls, name):
+    assert _values(SOURCE.replace(*edit), cls, name, "scale") is None
+
+
+@pytest.mark.parametrize(("text", "none_ok", "expected"), [
+    ("0.125", False, True), ("None", False, False), ("None", True, True), ("1 / math.sqrt(64)", False, True),
+    ("-(8 ** 0.5)", False, True), ("math.floor(x)", False, False), ("self.scale", False, False), ("'a' * 2", False, False),
+])
+def test_number_expressions(text, none_ok, expected):
+    assert ast_number(ast.parse(text, mode="eval").body, none_ok) is expected
