@@ -692,8 +692,9 @@ class Synthesizer:
 
     def _at_call(self, finding: Finding) -> Edit:
         """The edit of a match inlined from a helper, made at the helper's call (callsite.py): the
-        call statement `out, weights = self._attn(...)` becomes `out, weights = <kernel>, None`,
-        under the finding's guard (in the caller's terms) where the caller may need the others."""
+        call statement `out, weights = self._attn(...)` becomes the helper's locals the kernel reads,
+        `out = <kernel>` and `weights = None`, under the finding's guard (in the caller's terms)
+        where the caller may need the weights."""
         match = finding.match
         assert match is not None
         root = match.root
@@ -1095,7 +1096,6 @@ class Synthesizer:
             return f"({inner},)" if len(operand.items) == 1 else f"({inner})"
         raise SynthesisError(f"cannot render {operand!r}")
 
-
     def _render_at_call(self, operand: Operand, match: Match, translation: callsite.Translation) -> str:
         """An operand of a match inlined from a helper, in the caller's terms at the call."""
         root = match.root
@@ -1123,9 +1123,6 @@ class Synthesizer:
             if operand.kind == "list":
                 return f"[{inner}]"
             return f"({inner},)" if len(operand.items) == 1 else f"({inner})"
-        return self.render_plain(operand)
-
-    def render_plain(self, operand: Operand) -> str:
         if isinstance(operand, Const):
             return repr(operand.value)
         raise SynthesisError(f"cannot render {operand!r}")
