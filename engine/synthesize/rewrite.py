@@ -674,14 +674,7 @@ class Synthesizer:
         companions = [self.statement_at(n.pos).node for n in finding.companions if n.pos is not None]
         for check in finding.checks:
             removable.append(self._raising_if(check))
-        guard = None
-        if finding.status == "guarded":
-            guard = plain(cst.parse_expression(finding.guard_text or "False"))
-            known = evaluate(guard, self.enclosing_facts(root_stmt.node))
-            if known is True or evaluate(guard, {}) is True:
-                raise SynthesisError(f"the guard `{_key(guard)}` always holds here: the kernel would never run")
-            if known is False:
-                guard = None  # the original path can never be taken here: a plain rewrite
+        guard = self._guard(finding, root_stmt.node)
         new_stmt = self._formatted(root_stmt, root_expr, new_expr, extra_indent=guard is not None)
         code = cst.Module([]).code_for_node(new_expr)
         if guard is not None:
@@ -750,14 +743,7 @@ class Synthesizer:
                 cst.parse_statement(text)
             except cst.ParserSyntaxError as exc:
                 raise SynthesisError(f"the rule's template gives invalid Python: {text!r}") from exc
-        guard = None
-        if finding.status == "guarded":
-            guard = plain(cst.parse_expression(finding.guard_text or "False"))
-            known = evaluate(guard, self.enclosing_facts(call_stmt.node))
-            if known is True or evaluate(guard, {}) is True:
-                raise SynthesisError(f"the guard `{_key(guard)}` always holds here: the kernel would never run")
-            if known is False:
-                guard = None
+        guard = self._guard(finding, call_stmt.node)
         width = call_stmt.range.start.column + (len(self.indent_unit.expandtabs()) if guard is not None else 0)
         statements = []
         for text in texts:
@@ -772,6 +758,17 @@ class Synthesizer:
         if guard is not None:
             return self._guarded(finding, guard, call_stmt, new_stmt, [], new_code, [])
         return Edit({call_stmt.node: new_stmt}, set(), {}, [self._footprint(call_stmt.node)], new_code)
+
+    def _guard(self, finding: Finding, stmt: cst.CSTNode) -> cst.BaseExpression | None:
+        """The guarded finding's condition for keeping the original at `stmt`, or None where the
+        original can never run there (a plain rewrite); refused where it always would."""
+        if finding.status != "guarded":
+            return None
+        guard = plain(cst.parse_expression(finding.guard_text or "False"))
+        known = evaluate(guard, self.enclosing_facts(stmt))
+        if known is True or evaluate(guard, {}) is True:
+            raise SynthesisError(f"the guard `{_key(guard)}` always holds here: the kernel would never run")
+        return None if known is False else guard
 
     def _keep_separation(self, root: cst.CSTNode, new_stmt: cst.CSTNode, removable: list[cst.CSTNode]) -> cst.CSTNode:
         """The blank line that set the removed statements off from the code above them stays: the
