@@ -648,7 +648,11 @@ class Synthesizer:
         for node in [*matched, *finding.companions]:
             if node.pos is None or id(node) in kept_nodes:
                 continue
-            located = self.statement_at(node.pos)
+            # a step computed in a helper the code calls (`dots = self.apply_pos_bias(dots)`): the
+            # call's statement goes, with the assignment of its result (the helper stays)
+            located = self.statement_at(node.via[0] if node.via else node.pos)
+            if node.via:
+                removed_ids |= {id(n) for n in match.method.nodes if n.pos == node.via[0] and not n.via}
             if located.node is not root_stmt.node:
                 others[located.node] = located
         method_nodes = [n for n in match.method.nodes if n.via == root.via and n.pos is not None]
@@ -1068,6 +1072,19 @@ class Synthesizer:
     def render(self, operand: Operand, match: Match) -> str:
         if self._callsite is not None:
             return self._render_at_call(operand, match, self._callsite)
+        producer = next((n for n in match.method.nodes if isinstance(operand, Var) and operand.name in n.outputs), None)
+        if producer is not None and producer.via and not match.root.via:
+            # computed in a helper the caller calls (levit's `apply_pos_bias` adds a bias): its
+            # expression in the caller's terms, where nothing of the helper needs assigning again
+            translation = self._translation_for(match, producer.via)
+            self._callsite = translation
+            try:
+                text = self._render_at_call(operand, match, translation, via=producer.via)
+            finally:
+                self._callsite = None
+            if translation.emitted:
+                raise SynthesisError("a value from the helper needs its local variables assigned at the call")
+            return text
         if isinstance(operand, Var):
             if _TEMP.match(operand.name):
                 producer = next((n for n in match.method.nodes if operand.name in n.outputs), None)
@@ -1093,12 +1110,35 @@ class Synthesizer:
             return f"({inner},)" if len(operand.items) == 1 else f"({inner})"
         raise SynthesisError(f"cannot render {operand!r}")
 
-    def _render_at_call(self, operand: Operand, match: Match, translation: callsite.Translation) -> str:
-        """An operand of a match inlined from a helper, in the caller's terms at the call."""
+    def _translation_for(self, match: Match, via: tuple) -> callsite.Translation:
+        """The restating of a helper's expressions at the call `via` (one level) of it."""
+        if len(via) != 1:
+            raise SynthesisError("the match lies in a helper of a helper")
+        call_expr = self.expression_at(via[0])
+        if not isinstance(call_expr, cst.Call):
+            raise SynthesisError("the helper's result is not taken from a plain call")
+        func = call_expr.func
+        bound_self = isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self"
+        helper = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else None
+        inside = next(n for n in match.method.nodes if n.via == via and n.pos is not None)
+        caller_names = {p.name for p in match.method.params} | \
+            {_python_name(o) for n in match.method.nodes if not n.via for o in n.outputs if not _TEMP.match(o)}
+        try:
+            return callsite.Translation(self.lines, _def_line(self.lines, inside.pos.line, helper), helper,  # type: ignore[union-attr]
+                                        self.source(via[0]), bound_self, caller_names,
+                                        {match.cond_text[c]: t for c, t in match.conditions.items() if c in match.cond_text})
+        except callsite.CallSiteError as exc:
+            raise SynthesisError(f"cannot be written at the call of `{helper}`: {exc}") from exc
+
+    def _render_at_call(self, operand: Operand, match: Match, translation: callsite.Translation,
+                        via: tuple | None = None) -> str:
+        """An operand of a match inlined from a helper, in the caller's terms at the call (`via`,
+        by default the root's)."""
         root = match.root
+        via = root.via if via is None else via
         if isinstance(operand, Var):
             producer = next((n for n in match.method.nodes if operand.name in n.outputs), None)
-            if producer is not None and producer.via == root.via:
+            if producer is not None and producer.via == via:
                 if producer.pos is None or producer.kind == "phi":
                     raise callsite.CallSiteError(f"`{_python_name(operand.name)}` is chosen by a branch of the helper")
                 if _TEMP.match(operand.name):
@@ -1106,17 +1146,18 @@ class Synthesizer:
                 else:  # the helper's variable, read just after the statement that assigns it
                     text = translation.after(_python_name(operand.name), producer.pos.line)
                 return text if re.fullmatch(r"[\w.]+", text) else f"({text})"
-            if producer is not None and producer.kind == "op" and producer.op == "assign" and producer.pos == root.via[0]:
-                return self._render_at_call(producer.inputs[0], match, translation)  # a parameter given a constant
+            if producer is not None and producer.kind == "op" and producer.op == "assign" and producer.pos == via[0]:
+                return self._render_at_call(producer.inputs[0], match, translation, via)  # a parameter given a constant
             if producer is not None and _TEMP.match(operand.name):
                 raise callsite.CallSiteError("an argument of the call is an expression")
             return _python_name(operand.name)  # the caller's variable passed to the helper
         if isinstance(operand, Sym):
-            user = next((n for n in match.matched_nodes if any(i is operand for i in n.inputs) and n.pos is not None), root)
+            user = next((n for n in match.matched_nodes if any(i is operand for i in n.inputs) and n.pos is not None
+                         and n.via == via), root)
             text = translation.text(operand.text, user.pos.line)  # type: ignore[union-attr]
             return text if re.fullmatch(r"[\w.\[\]]+", text) else f"({text})"
         if isinstance(operand, Seq):
-            inner = ", ".join(self._render_at_call(i, match, translation) for i in operand.items)
+            inner = ", ".join(self._render_at_call(i, match, translation, via) for i in operand.items)
             if operand.kind == "list":
                 return f"[{inner}]"
             return f"({inner},)" if len(operand.items) == 1 else f"({inner})"

@@ -138,3 +138,47 @@ def test_a_parameter_left_at_its_default_decides_the_helpers_condition():
     for weights in (False, True):
         for a, b in zip(rewritten(x, None, None, weights), original(x, None, None, weights), strict=True):
             torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+
+
+BIAS_SOURCE = '''
+import torch
+from torch import nn
+
+
+class Attention(nn.Module):
+    def __init__(self, n=6, heads=2):
+        super().__init__()
+        self.scale = 8 ** -0.5
+        self.pos_bias = nn.Embedding(n * n, heads)
+        self.register_buffer("pos_indices", torch.arange(n * n).view(n, n))
+        self.attend = nn.Softmax(dim=-1)
+
+    def apply_pos_bias(self, fmap):
+        bias = self.pos_bias(self.pos_indices)
+        bias = bias.permute(2, 0, 1).unsqueeze(0)
+        return fmap + (bias / self.scale)
+
+    def forward(self, q, k, v):
+        dots = torch.matmul(q, k.transpose(-1, -2)) * self.scale
+        dots = self.apply_pos_bias(dots)
+        attn = self.attend(dots)
+        return torch.matmul(attn, v)
+'''
+
+
+def test_a_bias_added_by_a_helper_becomes_the_kernels_mask():
+    # levit: the scores go through `self.apply_pos_bias`, which adds a learned bias; the call goes,
+    # the bias (in the caller's terms) is the kernel's mask, and the helper stays
+    findings, new = _scan(BIAS_SOURCE)
+    assert [f.status for f in findings] == ["rewritten"], [(f.status, f.reason) for f in findings]
+    assert "self.apply_pos_bias(dots)" not in new and "def apply_pos_bias(self, fmap):" in new
+    assert "self.pos_bias(self.pos_indices).permute(2, 0, 1).unsqueeze(0) / self.scale" in " ".join(new.split())
+    original, rewritten = _load(BIAS_SOURCE)(), _load(new)()
+    rewritten.load_state_dict(original.state_dict())
+    gen = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(2, 2, 6, 8, generator=gen, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    original.double(), rewritten.double()
+    torch.testing.assert_close(rewritten(q, k, v), original(q, k, v), rtol=1e-10, atol=1e-10)
+    grads = [torch.autograd.grad(m(q, k, v).sum(), m.pos_bias.weight)[0] for m in (original, rewritten)]
+    torch.testing.assert_close(grads[1], grads[0], rtol=1e-10, atol=1e-10)
+    assert _scan(new)[1] == new
