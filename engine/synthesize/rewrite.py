@@ -1073,7 +1073,8 @@ class Synthesizer:
         if self._callsite is not None:
             return self._render_at_call(operand, match, self._callsite)
         producer = next((n for n in match.method.nodes if isinstance(operand, Var) and operand.name in n.outputs), None)
-        if producer is not None and producer.via and not match.root.via:
+        if producer is not None and producer.via and not match.root.via \
+                and any(n.via == producer.via for n in match.nodes.values()):
             # computed in a helper the caller calls (levit's `apply_pos_bias` adds a bias): its
             # expression in the caller's terms, where nothing of the helper needs assigning again
             translation = self._translation_for(match, producer.via)
