@@ -21,6 +21,17 @@ rules/sdpa-attention.rule):
     permuted back is permuted back after the kernel.
 
 Only the transposes the layout needs are emitted; a match in the kernel's layout renders unchanged.
+
+The fused kernels take 4-D (batch, heads, query, feature) operands only; other ranks run the math
+path, which materializes the attention matrix and cannot pay. Where both products are proven 3-D
+(`torch.bmm` and `torch.baddbmm` take nothing else; the fairseq `(bsz * heads, n, d)` layout), the
+kernel gets each operand with a leading axis of 1 (`q.unsqueeze(0)`) and its result `.squeeze(0)`:
+every operand gains the same leading 1, so broadcasting is unchanged (a 3-D output admits masks of
+rank 3 or less only). The kernels take 2-D or 4-D masks: one proven 3-D gains the axis too, one of
+unproven rank is passed as written. Where both products are proven 5-D and the query, key and value
+provably share their two leading axes (the same axes, not merely equal sizes), those axes are
+flattened into one (`q.flatten(0, 1)`) and the result unflattened (`.unflatten(0, q.shape[:2])`);
+a mask there must be proven of rank 3 or less (it broadcasts the same against the flattened axis).
 """
 
 from __future__ import annotations
@@ -29,8 +40,9 @@ import ast
 import re
 from collections.abc import Callable
 
+from engine.analysis.shapes import ShapeFacts
 from engine.dsl import canonical as C
-from engine.dsl.ir import Const, Operand, Var
+from engine.dsl.ir import Const, Node, Operand, Var
 from engine.match.matcher import Match
 
 _SWAP = ".transpose(-2, -1)"
@@ -45,7 +57,15 @@ def _atom(text: str) -> str:
         tree = ast.parse(text, mode="eval").body
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         return f"({text})"
-    return text if isinstance(tree, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)) else f"({text})"
+    if isinstance(tree, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)):
+        return text
+    if text.startswith("(") and text.endswith(")"):
+        try:  # the outer parentheses enclose the whole text already when what they hold parses
+            ast.parse(text[1:-1], mode="eval")
+            return text
+        except (SyntaxError, ValueError, MemoryError, RecursionError):
+            pass
+    return f"({text})"
 
 
 def _needs_key_swap(match: Match) -> bool:
@@ -233,9 +253,120 @@ def upcast_result(match: Match, code: str, value: str | None) -> str:
     return f"{_atom(code)}.to({_atom(value)}.dtype)"
 
 
+def _product_rank(match: Match, facts: ShapeFacts, node: Node | None) -> int | None:
+    """The proven rank of a matrix product's result: 3 for `torch.bmm` and `torch.baddbmm` (they take
+    nothing else), else what the shape facts prove."""
+    if node is None or not node.outputs:
+        return None
+    if node.target in ("torch.bmm", "torch.baddbmm"):
+        return 3
+    return facts.rank(Var(node.outputs[0]))
+
+
+_MASKS = ("mask", "mask2", "fmask", "keep")
+
+
+def _kernel_rank(match: Match) -> tuple[int | None, ShapeFacts]:
+    """The rank of the kernel's operands where both products prove it (the scores and the output
+    alike), else None."""
+    facts = ShapeFacts(match.method, match.cls)
+    scores, output = (_product_rank(match, facts, match.nodes.get(key)) for key in ("s0", "out"))
+    return (scores if scores == output else None), facts
+
+
+def _flattens(match: Match, facts: ShapeFacts) -> bool:
+    """The two leading axes of 5-D operands flatten into one batch axis with the same meaning: the
+    query, key and value are proven 5-D and share those two axes (one identity each, so equal
+    sizes without broadcasting), and the mask is proven of rank 3 or less (it broadcasts against
+    the trailing axes only). The operands must be the bindings as they are (no einsum lowering nor
+    folded factor, whose adapted text could carry other axes)."""
+    if any(name in match.bindings for name in ("temp", "tdiv")) \
+            or any(_chain(match, match.bindings.get(name))[1] for name in ("q", "k", "v")):
+        return False
+    shapes = [facts.shape(match.bindings.get(name)) for name in ("q", "k", "v")]
+    if any(s is None or s.rank != 5 for s in shapes):
+        return False
+    if len({s.axes[0].id for s in shapes}) != 1 or len({s.axes[1].id for s in shapes}) != 1:  # type: ignore[union-attr]
+        return False
+    rank = _mask_rank(match, facts)
+    return rank is not None and rank <= 3
+
+
+def _bound_masks(match: Match) -> list[str]:
+    return [name for name in _MASKS if name in match.bindings]
+
+
+def _mask_rank(match: Match, facts: ShapeFacts) -> int | None:
+    """The proven rank of the kernel's mask: the largest of the masks it is built from (each form the
+    template writes broadcasts them, `.all(-1, keepdim=True)` keeping the rank), 0 where none is
+    bound; None where one's rank is unproven."""
+    ranks = [facts.rank(match.bindings[name]) for name in _bound_masks(match)]
+    return None if None in ranks else max(ranks, default=0)  # type: ignore[type-var]
+
+
+def _offset(code: str, line: int, col: int) -> int:
+    """The character offset of an ast position (1-based line, UTF-8 byte column) in `code`."""
+    lines = code.splitlines(keepends=True)
+    before = sum(len(text) for text in lines[:line - 1])
+    text = lines[line - 1] if line - 1 < len(lines) else ""
+    return before + len(text.encode("utf-8")[:col].decode("utf-8", "replace"))
+
+
+def _kernel_call(code: str, kernel: str) -> ast.Call | None:
+    """The outermost call of the kernel (by its last name) in `code`, when it has three positional
+    operands."""
+    try:
+        tree = ast.parse(code, mode="eval")
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return None
+    name = kernel.partition("(")[0].rpartition(".")[2]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and len(node.args) >= 3 and not any(isinstance(a, ast.Starred) for a in node.args[:3]):
+            func = node.func
+            called = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+            if called == name:
+                return node
+    return None
+
+
+def _four_d(match: Match, code: str) -> str:
+    """The kernel call in `code` given 4-D operands where its products are proven 3-D or flattenable
+    5-D, and its result viewed back (see the module's docstring); else `code` as it is."""
+    rank, facts = _kernel_rank(match)
+    if rank not in (3, 5) or not match.rule.kernel:
+        return code
+    call = _kernel_call(code, match.rule.kernel)
+    if call is None or call.end_lineno is None or call.end_col_offset is None:
+        return code
+    spans = [(_offset(code, a.lineno, a.col_offset), _offset(code, a.end_lineno or a.lineno, a.end_col_offset or 0))
+             for a in call.args[:3]]
+    operands = [code[start:end] for start, end in spans]
+    if rank == 3:
+        into, back = ".unsqueeze(0)", ".squeeze(0)"
+    else:
+        named = next((text for text in operands if re.fullmatch(r"[A-Za-z_][\w.]*", text)), None)
+        if named is None or not _flattens(match, facts):
+            return code
+        into, back = ".flatten(0, 1)", f".unflatten(0, {named}.shape[:2])"
+    views = [(span, _atom(text) + into) for span, text in zip(spans, operands, strict=True)]
+    mask = next((k.value for k in call.keywords if k.arg == "attn_mask"), None)
+    if mask is not None and _mask_rank(match, facts) == 3 and not match.optional & set(_bound_masks(match)):
+        # the fused kernels take a 2-D or 4-D mask: a 3-D one gains the leading axis of 1 too
+        span = (_offset(code, mask.lineno, mask.col_offset), _offset(code, mask.end_lineno or mask.lineno,
+                                                                       mask.end_col_offset or 0))
+        views.append((span, _atom(code[span[0]:span[1]]) + ".unsqueeze(0)"))
+    end = _offset(code, call.end_lineno, call.end_col_offset)
+    out = code[:end] + back + code[end:]
+    for (start, stop), text in sorted(views, reverse=True):
+        out = out[:start] + text + out[stop:]
+    return out
+
+
 def result(match: Match, code: str) -> str:
-    """The kernel's result in the code's layout: transposed back where the output was read so, and
-    permuted as an einsum's output was."""
+    """The kernel's result in the code's layout: given 4-D operands and viewed back where it was
+    3-D or 5-D, transposed back where the output was read so, and permuted as an einsum's output
+    was."""
+    code = _four_d(match, code)
     if "pt" in match.nodes:
         code = f"({code}){_SWAP}"
     root = match.root

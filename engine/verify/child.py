@@ -92,9 +92,13 @@ class KernelCounter:
                 record(spec)
                 if probe is not None:
                     problem = probe(__fn, args, kwargs)
-                    entry = eligibility.setdefault(spec, {"fused": 0, "math only": 0, "why": ""})
+                    entry = eligibility.setdefault(spec, {"fused": 0, "math only": 0, "why": "", "sites": {}})
                     entry["math only" if problem else "fused"] += 1
                     entry["why"] = entry["why"] or problem or ""
+                    if problem:  # where the refused call came from: the parent blames only the rewrite's own calls
+                        place = _place(sys._getframe(1))
+                        if place in entry["sites"] or len(entry["sites"]) < KernelCounter.MAX_SITES:
+                            entry["sites"][place] = entry["sites"].get(place, 0) + 1
             return __fn(*args, **kwargs)
 
         wrapper.__wrapped__ = target  # type: ignore[attr-defined]
@@ -102,8 +106,7 @@ class KernelCounter:
 
     def _record(self, spec: str) -> None:
         """Where the call came from: the frame that called the wrapper (repository code)."""
-        frame = sys._getframe(2)
-        place = f"{os.path.abspath(frame.f_code.co_filename)}:{frame.f_lineno}"
+        place = _place(sys._getframe(2))
         sites = self.sites.setdefault(spec, {})
         if place in sites or len(sites) < self.MAX_SITES:
             sites[place] = sites.get(place, 0) + 1
@@ -121,11 +124,46 @@ class KernelCounter:
         return taken
 
 
+def _place(frame) -> str:
+    return f"{os.path.abspath(frame.f_code.co_filename)}:{frame.f_lineno}"
+
+
+_ELIGIBLE: dict = {}  # a call's signature -> the fused backends' verdict (None: taken)
+
+
+def _signature(args, kwargs) -> tuple | None:
+    """What the fused backends' choice depends on: each tensor's shape, strides, dtype and device,
+    and the other arguments' values; None where an argument is neither (no verdict is reused)."""
+    def one(value):
+        if isinstance(value, torch.Tensor):
+            return ("tensor", tuple(value.shape), value.stride(), str(value.dtype), str(value.device))
+        if value is None or isinstance(value, (bool, int, float, str)):
+            return value
+        raise TypeError
+    try:
+        return (tuple(one(a) for a in args),
+                tuple(sorted((k, one(v)) for k, v in kwargs.items() if k != "dropout_p")))
+    except TypeError:
+        return None
+
+
 def _fused_eligibility(fn, args, kwargs) -> str | None:
     """Whether a fused backend (FlashAttention, or the memory-efficient kernel; on the CPU its flash
     kernel) takes this call: the same call on detached copies with only those backends enabled must
     succeed. None when it does, else the kernel's reason (3-D or 5-D inputs, say): such a call falls
-    back to the math path, which materializes the attention matrix and cannot pay."""
+    back to the math path, which materializes the attention matrix and cannot pay. The verdict is
+    kept per signature (shapes, strides, dtypes, devices, the other arguments), so each kind of call
+    is tried once."""
+    key = _signature(args, kwargs)
+    if key is not None and key in _ELIGIBLE:
+        return _ELIGIBLE[key]
+    verdict = _try_fused(fn, args, kwargs)
+    if key is not None and len(_ELIGIBLE) < 4096:
+        _ELIGIBLE[key] = verdict
+    return verdict
+
+
+def _try_fused(fn, args, kwargs) -> str | None:
     try:
         from torch.nn.attention import SDPBackend, sdpa_kernel
     except ImportError:

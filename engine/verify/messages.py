@@ -132,7 +132,8 @@ def _shipped(value, case: str) -> dict | None:
 
 
 def _eligibility(value, case: str) -> dict:
-    """kernel -> calls a fused backend took, calls only the math path could, and the kernel's reason."""
+    """kernel -> calls a fused backend took, calls only the math path could, the kernel's reason, and
+    "ABSOLUTE_PATH:LINE" each refused call came from -> calls."""
     if value is None:
         return {}
     if not isinstance(value, dict) or len(value) > 64:
@@ -143,7 +144,22 @@ def _eligibility(value, case: str) -> dict:
             raise MalformedMessage(f"case {case}: malformed kernel eligibility")
         out[kernel] = {"fused": _count(entry.get("fused", 0), f"case {case}: fused calls"),
                        "math only": _count(entry.get("math only", 0), f"case {case}: math-only calls"),
-                       "why": text(entry.get("why", ""), 500)}
+                       "why": text(entry.get("why", ""), 500),
+                       "sites": _places(entry.get("sites"), case)}
+    return out
+
+
+def _places(value, case: str) -> dict:
+    """"ABSOLUTE_PATH:LINE" -> calls."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or len(value) > 256:
+        raise MalformedMessage(f"case {case}: malformed kernel sites")
+    out: dict = {}
+    for place, n in value.items():
+        if not isinstance(place, str) or not _PLACE.fullmatch(place):
+            raise MalformedMessage(f"case {case}: malformed kernel site {text(repr(place), 80)}")
+        out[place] = _count(n, f"case {case}: a kernel site's call count")
     return out
 
 
@@ -160,11 +176,7 @@ def _kernel_sites(value, case: str) -> dict:
     for kernel, where in value.items():
         if not isinstance(kernel, str) or not _KERNEL.fullmatch(kernel) or not isinstance(where, dict) or len(where) > 256:
             raise MalformedMessage(f"case {case}: malformed kernel sites")
-        out[kernel] = {}
-        for place, n in where.items():
-            if not isinstance(place, str) or not _PLACE.fullmatch(place):
-                raise MalformedMessage(f"case {case}: malformed kernel site {text(repr(place), 80)}")
-            out[kernel][place] = _count(n, f"case {case}: a kernel site's call count")
+        out[kernel] = _places(where, case)
     return out
 
 

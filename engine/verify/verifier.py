@@ -247,7 +247,7 @@ class Verifier:
             statuses += self._compare(reference, candidate, result)
             _count_calls(reference, candidate, result, kernels)
             site_hits.append((_site_hits(candidate), candidate.tree_dir))
-            _eligibility(candidate, result, kernels)
+            statuses += _eligibility(candidate, result, kernels, sites)
         if kernels and not statuses and result.cases:
             statuses += _coverage(result, kernels)
         if kernels and not statuses and result.cases and sites:
@@ -465,11 +465,16 @@ def _rule_kernels() -> tuple[str, ...]:
 
 
 def _count_calls(reference: _SideRun, candidate: _SideRun, result: VerifyResult, kernels: tuple[str, ...]) -> None:
-    """Sum each kernel's calls over the compared runs, per side."""
+    """Sum each kernel's calls over the compared runs, per side: the runs both sides made (the
+    original's float64 reference run has no rewritten counterpart, and counting its calls would
+    hide the rewrite's where the original already calls the kernel)."""
     for name, ref_case in reference.cases.items():
         new_case = candidate.cases.get(name) or {}
+        both = set(ref_case.get("kernel_calls") or {}) & set(new_case.get("kernel_calls") or {})
         for side, case in ((0, ref_case), (1, new_case)):
-            for calls in (case.get("kernel_calls") or {}).values():
+            for run, calls in (case.get("kernel_calls") or {}).items():
+                if run not in both:
+                    continue
                 for kernel, n in calls.items():
                     if kernel in kernels:
                         result.kernel_calls.setdefault(kernel, [0, 0])[side] += int(n)
@@ -500,10 +505,15 @@ def _site_coverage(sites: list[Site], site_hits: list[tuple[dict, str]], result:
              "call there down the original code, or no verified model reaches it")]
 
 
-def _eligibility(candidate: _SideRun, result: VerifyResult, kernels: tuple[str, ...]) -> None:
-    """How many of the rewritten model's kernel calls a fused backend could take (CPU here; with only
-    the fused backends enabled the call must succeed). Calls it cannot take run the math path."""
+def _eligibility(candidate: _SideRun, result: VerifyResult, kernels: tuple[str, ...],
+                 sites: list[Site]) -> list[tuple[str, str]]:
+    """How many of the rewritten model's kernel calls a fused backend could take (on the device the
+    child runs on: with only the fused backends enabled the call must succeed). A call it cannot take
+    runs the math path, which materializes what the rewrite meant to save: where such a call is one
+    the rewrite added, the rewrite fails ("runs the math path only"); other refused calls (the
+    repository's own) are a note."""
     totals: dict = {}
+    refused: dict = {}  # kernel -> "PATH:LINE" -> calls no fused backend took
     for case in candidate.cases.values():
         for kernel, entry in (case.get("kernel_eligibility") or {}).items():
             if kernel in kernels:
@@ -511,11 +521,20 @@ def _eligibility(candidate: _SideRun, result: VerifyResult, kernels: tuple[str, 
                 total["fused"] += entry.get("fused", 0)
                 total["math only"] += entry.get("math only", 0)
                 total["why"] = total["why"] or entry.get("why", "")
+                for place, n in (entry.get("sites") or {}).items():
+                    refused.setdefault(kernel, {})[place] = refused.get(kernel, {}).get(place, 0) + n
     for kernel, total in totals.items():
         result.kernel_eligibility[kernel] = total
         if total["math only"]:
             result.notes.append(f"{kernel}: {total['math only']} of {total['fused'] + total['math only']} calls "
                                 f"no fused kernel takes (they run the math path and cannot pay): {total['why']}")
+    math_only = [site for site in sites if not unexercised([site], refused, candidate.tree_dir)]
+    if not math_only:
+        return []
+    where = ", ".join(site.label for site in math_only[:8])
+    why = "; ".join(dict.fromkeys(totals[site.kernel]["why"] for site in math_only if site.kernel in totals))
+    return [(R.FAILED, f"the rewrite's kernel call at {where} runs the math path only: no fused kernel takes it "
+             f"({why}), so it cannot pay")]
 
 
 def _coverage(result: VerifyResult, kernels: tuple[str, ...]) -> list[tuple[str, str]]:

@@ -15,6 +15,7 @@ from engine.verify import result as R  # noqa: E402
 from tests.engine.verify.fixtures import (  # noqa: E402
     ATTENTION_BLOCK,
     HARNESS,
+    TINY_MODEL,
     masked_rewrite,
     sdpa_rewrite,
     write_masked_repo,
@@ -73,22 +74,49 @@ def test_dropout_in_eval_mode_fails_against_the_model_as_shipped(verifier, repo)
     assert all(c.passed for c in result.cases if c.run in ("eval|float32", "train|float32"))
 
 
-def test_calls_no_fused_kernel_takes_are_reported(verifier, repo):
+def test_calls_no_fused_kernel_takes_fail_the_rewrite(verifier, repo):
     """The same attention on 3-D (batch * heads, tokens, head size) tensors: equivalent, and the
-    kernel runs, but only its math path can take 3-D inputs; verification says so and why."""
+    kernel runs, but only its math path can take 3-D inputs, so the rewrite cannot pay: it fails,
+    saying where and why. The same call on 4-D views of those tensors passes."""
     text = (repo / "model.py").read_text()
     flat = text.replace(ATTENTION_BLOCK, (
         "        y = F.scaled_dot_product_attention(q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1),\n"
         "                                           dropout_p=self.drop.p if self.training else 0.0)\n"
         "        y = y.view(q.shape)\n"))
     result = verifier.check({"model.py": flat}, (SDPA,))
-    assert result.passed, result.message
+    assert result.status == R.FAILED, result.message
+    assert "runs the math path only" in result.message and "model.py:" in result.message
+    assert "4 dimensional" in result.message
     eligibility = result.kernel_eligibility[SDPA]
     assert eligibility["math only"] > 0 and eligibility["fused"] == 0
     assert "4 dimensional" in eligibility["why"]
     assert any("no fused kernel takes" in note for note in result.notes)
+    viewed = flat.replace("q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1)",
+                          "q.flatten(0, 1).unsqueeze(0), k.flatten(0, 1).unsqueeze(0), v.flatten(0, 1).unsqueeze(0)")
+    viewed = viewed.replace("y = y.view(q.shape)", "y = y.squeeze(0).view(q.shape)")
+    assert viewed.count("unsqueeze(0)") == 3
+    four_d_views = verifier.check({"model.py": viewed}, (SDPA,))
+    assert four_d_views.passed, four_d_views.message
+    assert four_d_views.kernel_eligibility[SDPA]["math only"] == 0
     four_d = verifier.check(sdpa_rewrite(repo), (SDPA,))
     assert four_d.kernel_eligibility[SDPA]["math only"] == 0 and four_d.kernel_eligibility[SDPA]["fused"] > 0
+
+
+def test_the_repositorys_own_math_only_call_is_a_note_not_the_rewrites_failure(tmp_path):
+    """Only the calls the rewrite adds are held to eligibility: a 3-D call the original already makes
+    (here on the block's (batch, tokens, features) input) is reported, and the rewrite, whose own
+    call the fused kernel takes, passes."""
+    own = "        x = x + F.scaled_dot_product_attention(x, x, x)\n"
+    model = TINY_MODEL.replace("        x = x + self.attn(x)\n", own + "        x = x + self.attn(x)\n")
+    assert own in model
+    repo = write_repo(tmp_path / "repo", model=model)
+    config = VerifyConfig(timeout_s=120, threads=1, shapes=({"batch_size": 2, "seq_len": 5},))
+    with Verifier(repo, config=config) as verifier:
+        result = verifier.check(sdpa_rewrite(repo), (SDPA,))
+    assert result.passed, result.message
+    eligibility = result.kernel_eligibility[SDPA]
+    assert eligibility["math only"] > 0 and eligibility["fused"] > 0
+    assert any("no fused kernel takes" in note for note in result.notes)
 
 
 # --------------------------------------------------------------------------------------------------
