@@ -343,7 +343,24 @@ def find(files: list[FileModel], rules: list[Rule], *, near_misses: bool = True)
             candidates = indexes.candidates(rule)  # the methods that have the ops the rule needs
             if candidates:
                 findings.extend(_find_rule(rule, candidates, near_misses))
-    return findings
+    return _drop_inner_rewrites(findings)
+
+
+_REWRITES = ("rewritten", "guarded")
+
+
+def _drop_inner_rewrites(findings: list[Finding]) -> list[Finding]:
+    """A rewrite whose locations lie strictly inside another rule's rewrite of the same place is a
+    part of it seen by a narrower rule (the RMSNorm of `x - mean` inside a LayerNorm): the larger
+    one is made, the inner one is no finding of its own."""
+    by_file: dict[str, list[tuple[Finding, frozenset]]] = {}
+    for f in findings:
+        if f.status in _REWRITES:
+            key = frozenset((p.file, p.line, p.col, p.end_line, p.end_col) for p in f.locations)
+            by_file.setdefault(f.file, []).append((f, key))
+    inner = {id(f) for rewrites in by_file.values() if len({f.rule_id for f, _ in rewrites}) > 1
+             for f, key in rewrites if any(other.rule_id != f.rule_id and key < wide for other, wide in rewrites)}
+    return [f for f in findings if id(f) not in inner] if inner else findings
 
 
 def _find_rule(rule: Rule, indexes: list[MethodIndex], near_misses: bool) -> list[Finding]:
