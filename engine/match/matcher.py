@@ -68,6 +68,9 @@ class Match:
     pattern: Pattern | None = None  # the match block that matched
     # bindings that are None on some path the rewrite covers (the kernel takes them as None there)
     optional: set[str] = field(default_factory=set)
+    # unmatched nodes a constraint found computing only arguments the rewrite drops (a tuple of axes
+    # the kernel is told as a shape): removed with the match where nothing else reads them
+    companions: list[Node] = field(default_factory=list)
 
     @property
     def matched_nodes(self) -> list[Node]:

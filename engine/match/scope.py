@@ -173,6 +173,20 @@ def _shape_check(use: Node, ix: MethodIndex):
     return final.pos
 
 
+def _read_only_by(candidates: list[Node], matched_ids: set[int], ix: MethodIndex) -> list[Node]:
+    """Those of `candidates` whose values only the matched nodes and the other such candidates read."""
+    kept = {id(n): n for n in candidates}
+    changed = True
+    while changed:
+        changed = False
+        for key, node in list(kept.items()):
+            users = [u for name in node.outputs for u in ix.uses.get(name, ())]
+            if not node.outputs or any(id(u) not in matched_ids and id(u) not in kept for u in users):
+                del kept[key]
+                changed = True
+    return list(kept.values())
+
+
 def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding | None:
     rule = match.rule
     nodes = match.matched_nodes
@@ -203,6 +217,8 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding | N
         problem = constraints.CHECKS[name](match, ix)
         if problem:
             return near_miss(problem)
+
+    finding.companions.extend(_read_only_by(match.companions, matched_ids, ix))
 
     # 2. intermediates must not escape
     guards: list[frozenset] = []  # the original code must run when any of these conjunctions holds
