@@ -273,7 +273,8 @@ CHECKS["row_max_over_key_axis"] = _row_max_over_key_axis
 
 
 def _stats_over_last_axis(match: Match, ix: MethodIndex) -> str | None:
-    """The statistics of a norm (the mean bound as `$mu` or `$ms`, the variance as `$var`) are taken
+    """The statistics of a norm (the mean bound as `$mu` or `$ms`, the variance as `$var`, or as
+    E[x^2] - E[x]^2 with the mean of squares `$ex2`) are taken
     over one axis of their input. Over the last one (`dim=-1`, or d where the input provably has
     d + 1 axes) the fused kernel computes them as they are. Over another constant axis d (a
     channels-first norm, `dim=1` of NCHW) the kernel normalizes the input with that axis moved last
@@ -286,10 +287,10 @@ def _stats_over_last_axis(match: Match, ix: MethodIndex) -> str | None:
     axes: set[int] = set()
     trailing: dict[str, Operand] = {}  # the normalized shape N of statistics over the last len(N) axes
     computed: list = []  # the nodes computing those tuples of axes
-    for key in ("mu", "ms", "var"):
+    for key in ("mu", "ms", "var", "ex2"):
         node = match.nodes.get(key)
-        if node is None:
-            continue
+        if node is None or node.op == "sub":
+            continue  # the variance as E[x^2] - E[x]^2: its statistics are `$ex2` and `$mu`
         dim = node.kwarg("dim")
         source = node.inputs[0] if node.inputs else None
         if ix.shapes.is_last(source, dim):
