@@ -241,6 +241,27 @@ class ShapeFacts:
         values = numbers.call_site_values(tree, self.cls.name, method.name, name)
         return bool(values) and all(numbers.ast_number(v, none_ok) for v in values)  # type: ignore[union-attr]
 
+    def trailing_axes(self, dim: Operand | None) -> tuple[Operand, tuple[Node, ...]] | None:
+        """The sequence N where `dim` is a tuple of axes computed at run time that is provably the
+        last len(N) axes, in any order and each once (`tuple(range(-1, -len(N) - 1, -1))`,
+        `tuple(-(i + 1) for i in range(len(N)))`): the normalized shape of a norm over them. The
+        tuple's value depends on len(N) alone, and is checked as the axes -len(N) .. -1 for every
+        length from 1 to 8 (its bounds are affine in the length, so agreeing there is agreeing for
+        every length). With N come the nodes that compute the tuple. None where that is not proven."""
+        if not isinstance(dim, (Var, Sym)):
+            return None
+        lens: list[Operand] = []
+        for k in range(1, 9):
+            evaluation = _Lengths(self.defs, k, lens)
+            try:
+                value = evaluation.value(dim)
+            except _NotProven:
+                return None
+            if not isinstance(value, (tuple, list)) or sorted(value) != list(range(-k, 0)):
+                return None
+        names = {_operand_key(n) for n in lens}
+        return (lens[0], tuple(evaluation.nodes.values())) if len(names) == 1 else None
+
     # -- derivation ------------------------------------------------------------------------
 
     def _derive(self, name: str) -> Shape | None:
@@ -873,3 +894,99 @@ def _ast_shape(e: ast.expr) -> Shape | None:
     if isinstance(e.func, ast.Attribute) and short in ("float", "clone", "detach") and not e.args:
         return _ast_shape(e.func.value)
     return None
+
+
+class _NotProven(Exception):
+    pass
+
+
+def _operand_key(operand: Operand) -> str:
+    return f"v:{operand.name}" if isinstance(operand, Var) else f"s:{getattr(operand, 'text', operand)}"
+
+
+_INT_OPS = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b}
+_AST_OPS = {ast.Add: _INT_OPS["add"], ast.Sub: _INT_OPS["sub"], ast.Mult: _INT_OPS["mul"]}
+
+
+class _Lengths:
+    """Evaluates an integer expression built from `len(N)` (taken as `k`), integer constants, + - *,
+    `range`, `tuple`/`list` and comprehensions over a range, through the method's definitions and
+    inside a symbol's text. Anything else is not proven (raises `_NotProven`). Every `N` whose length
+    is read is appended to `lens`."""
+
+    def __init__(self, defs: dict[str, Node], k: int, lens: list[Operand]) -> None:
+        self.defs, self.k, self.lens = defs, k, lens
+        self.nodes: dict[int, Node] = {}  # the definitions read, by id
+
+    def value(self, operand: Operand, depth: int = 0):
+        if depth > 30:
+            raise _NotProven
+        if isinstance(operand, Const) and isinstance(operand.value, int) and not isinstance(operand.value, bool):
+            return operand.value
+        if isinstance(operand, Sym):
+            try:
+                tree = ast.parse(operand.text, mode="eval").body
+            except (SyntaxError, MemoryError, RecursionError, ValueError):
+                raise _NotProven from None
+            return self.text_value(tree, {})
+        if not isinstance(operand, Var):
+            raise _NotProven
+        node = self.defs.get(operand.name)
+        if node is None or node.kind != "op" or node.kwargs:
+            raise _NotProven
+        self.nodes[id(node)] = node
+        args = [self.value(i, depth + 1) if node.op != "len" else None for i in node.inputs]
+        if node.op == "len" and len(node.inputs) == 1:
+            self.lens.append(node.inputs[0])
+            return self.k
+        if node.op == "assign" and len(args) == 1:
+            return args[0]
+        if node.op == "neg" and len(args) == 1 and isinstance(args[0], int):
+            return -args[0]
+        if node.op in _INT_OPS and len(args) == 2 and all(isinstance(a, int) for a in args):
+            return _INT_OPS[node.op](*args)
+        return self.call(node.op, args)
+
+    def call(self, name: str, args: list):
+        if name == "range" and 1 <= len(args) <= 3 and all(isinstance(a, int) for a in args) \
+                and (len(args) < 3 or args[2] != 0):
+            return tuple(range(*args))
+        if name in ("tuple", "list") and len(args) == 1 and isinstance(args[0], tuple):
+            return args[0]
+        raise _NotProven
+
+    def text_value(self, e: ast.expr, env: dict[str, int]):
+        if isinstance(e, ast.Constant) and isinstance(e.value, int) and not isinstance(e.value, bool):
+            return e.value
+        if isinstance(e, ast.Name) and e.id in env:
+            return env[e.id]
+        if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.USub):
+            v = self.text_value(e.operand, env)
+            if isinstance(v, int):
+                return -v
+        if isinstance(e, ast.BinOp) and type(e.op) in _AST_OPS:
+            a, b = self.text_value(e.left, env), self.text_value(e.right, env)
+            if isinstance(a, int) and isinstance(b, int):
+                return _AST_OPS[type(e.op)](a, b)
+        if isinstance(e, (ast.Tuple, ast.List)) and not any(isinstance(x, ast.Starred) for x in e.elts):
+            return tuple(self.text_value(x, env) for x in e.elts)
+        if isinstance(e, (ast.GeneratorExp, ast.ListComp)) and len(e.generators) == 1:
+            gen = e.generators[0]
+            if gen.ifs or gen.is_async or not isinstance(gen.target, ast.Name):
+                raise _NotProven
+            items = self.text_value(gen.iter, env)
+            if not isinstance(items, tuple):
+                raise _NotProven
+            return tuple(self.text_value(e.elt, {**env, gen.target.id: i}) for i in items)
+        if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and not e.keywords \
+                and not any(isinstance(a, ast.Starred) for a in e.args):
+            if e.func.id == "len" and len(e.args) == 1:
+                # the length of an attribute (`self.normalized_shape`): a name of the method is
+                # read through its definitions instead (it may be rebound before the norm)
+                arg = e.args[0]
+                if not (isinstance(arg, ast.Attribute) and ast.unparse(arg).startswith("self.")):
+                    raise _NotProven
+                self.lens.append(Sym(ast.unparse(arg)))
+                return self.k
+            return self.call(e.func.id, [self.text_value(a, env) for a in e.args])
+        raise _NotProven

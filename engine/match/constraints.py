@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from engine.dsl.ir import Const, Seq, Sym, Var
-from engine.match.matcher import Match, MethodIndex, numeric
+from engine.dsl.ir import Const, Operand, Seq, Sym, Var
+from engine.match.matcher import Match, MethodIndex, numeric, render
 
 
 def _is_finfo_max(value, ix: MethodIndex) -> bool:
@@ -330,31 +330,49 @@ CHECKS["row_max_over_key_axis"] = _row_max_over_key_axis
 
 
 def _stats_over_last_axis(match: Match, ix: MethodIndex) -> str | None:
-    """The statistics of a norm (the mean bound as `$mu` or `$ms`, the variance as `$var`) are taken
+    """The statistics of a norm (the mean bound as `$mu` or `$ms`, the variance as `$var`, or as
+    E[x^2] - E[x]^2 with the mean of squares `$ex2`) are taken
     over one axis of their input. Over the last one (`dim=-1`, or d where the input provably has
     d + 1 axes) the fused kernel computes them as they are. Over another constant axis d (a
     channels-first norm, `dim=1` of NCHW) the kernel normalizes the input with that axis moved last
     and the result is moved back: `$axis` and `$axis_end` are bound (d and d + 1), and the rule's
     template applies the weight and bias outside the kernel with the code's own broadcasting, so no
-    fact about their shapes is needed."""
+    fact about their shapes is needed. Over a tuple of axes computed at run time that is provably the
+    last len(N) axes (`tuple(-(i + 1) for i in range(len(self.normalized_shape)))`;
+    engine/analysis/shapes.py `trailing_axes`) the kernel normalizes over N: `$nshape` is bound to
+    N, and the statements computing the tuple go with the match where nothing else reads them."""
     axes: set[int] = set()
-    for key in ("mu", "ms", "var"):
+    trailing: dict[str, Operand] = {}  # the normalized shape N of statistics over the last len(N) axes
+    computed: list = []  # the nodes computing those tuples of axes
+    for key in ("mu", "ms", "var", "ex2"):
         node = match.nodes.get(key)
-        if node is None:
-            continue
+        if node is None or node.op == "sub":
+            continue  # the variance as E[x^2] - E[x]^2: its statistics are `$ex2` and `$mu`
         dim = node.kwarg("dim")
         source = node.inputs[0] if node.inputs else None
         if ix.shapes.is_last(source, dim):
             axes.add(-1)
             continue
+        found = ix.shapes.trailing_axes(dim)
+        if found is not None:
+            trailing[render(found[0])] = found[0]
+            computed.extend(n for n in found[1] if n not in computed)
+            continue
         d = _int_dim(dim)
         rank = ix.shapes.rank(source)
+        if isinstance(dim, Var):
+            return f"the statistics are over `{dim.name.split('.')[0]}`, not one axis nor provably the trailing axes"
         if d is None or (rank is not None and not -rank <= d < rank):
             known = f" of a {rank}-D tensor" if rank is not None else ""
             return f"the statistics are over dim={_dim_text(dim)}{known}, not one axis the kernel can normalize"
         axes.add(d if d >= 0 or rank is None else d + rank)
-    if len(axes) > 1:
+    if len(axes) + len(trailing) > 1:
         return "the mean and the variance are taken over different axes"
+    if trailing:
+        # over the last len(N) axes: the kernel normalizes over them itself, given N
+        match.bindings["nshape"] = next(iter(trailing.values()))
+        match.companions[:] = computed  # the tuple is read by the statistics alone: it goes with them
+        return None
     if axes and axes != {-1}:
         d = axes.pop()
         match.bindings["axis"], match.bindings["axis_end"] = Const(d), Const(d + 1)

@@ -70,6 +70,9 @@ class Match:
     optional: set[str] = field(default_factory=set)
     # score factors applied on one branch only: binding -> (the condition's text, the branch taken)
     conditional: dict[str, tuple[str, bool]] = field(default_factory=dict)
+    # unmatched nodes a constraint found computing only arguments the rewrite drops (a tuple of axes
+    # the kernel is told as a shape): removed with the match where nothing else reads them
+    companions: list[Node] = field(default_factory=list)
 
     @property
     def matched_nodes(self) -> list[Node]:

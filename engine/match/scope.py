@@ -201,6 +201,20 @@ def _shape_check(use: Node, ix: MethodIndex):
     return final.pos
 
 
+def _read_only_by(candidates: list[Node], matched_ids: set[int], ix: MethodIndex) -> list[Node]:
+    """Those of `candidates` whose values only the matched nodes and the other such candidates read."""
+    kept = {id(n): n for n in candidates}
+    changed = True
+    while changed:
+        changed = False
+        for key, node in list(kept.items()):
+            users = [u for name in node.outputs for u in ix.uses.get(name, ())]
+            if not node.outputs or any(id(u) not in matched_ids and id(u) not in kept for u in users):
+                del kept[key]
+                changed = True
+    return list(kept.values())
+
+
 def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding | None:
     rule = match.rule
     nodes = match.matched_nodes
@@ -231,6 +245,8 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding | N
         problem = constraints.CHECKS[name](match, ix)
         if problem:
             return near_miss(problem)
+
+    finding.companions.extend(_read_only_by(match.companions, matched_ids, ix))
 
     # 2. intermediates must not escape
     guards: list[frozenset] = []  # the original code must run when any of these conjunctions holds
@@ -412,7 +428,24 @@ def find(files: list[FileModel], rules: list[Rule], *, near_misses: bool = True)
             candidates = indexes.candidates(rule)  # the methods that have the ops the rule needs
             if candidates:
                 findings.extend(_find_rule(rule, candidates, near_misses))
-    return findings
+    return _drop_inner_rewrites(findings)
+
+
+_REWRITES = ("rewritten", "guarded")
+
+
+def _drop_inner_rewrites(findings: list[Finding]) -> list[Finding]:
+    """A rewrite whose locations lie strictly inside another rule's rewrite of the same place is a
+    part of it seen by a narrower rule (the RMSNorm of `x - mean` inside a LayerNorm): the larger
+    one is made, the inner one is no finding of its own."""
+    by_file: dict[str, list[tuple[Finding, frozenset]]] = {}
+    for f in findings:
+        if f.status in _REWRITES:
+            key = frozenset((p.file, p.line, p.col, p.end_line, p.end_col) for p in f.locations)
+            by_file.setdefault(f.file, []).append((f, key))
+    inner = {id(f) for rewrites in by_file.values() if len({f.rule_id for f, _ in rewrites}) > 1
+             for f, key in rewrites if any(other.rule_id != f.rule_id and key < wide for other, wide in rewrites)}
+    return [f for f in findings if id(f) not in inner] if inner else findings
 
 
 def _find_rule(rule: Rule, indexes: list[MethodIndex], near_misses: bool) -> list[Finding]:

@@ -113,3 +113,26 @@ def test_a_shape_keeping_method_of_a_parameter_keeps_its_constructor_shape():
                  init="self.temperature = nn.Parameter(torch.ones(heads, 1, 1))")
     assert f.trailing_units(last(m, "t"), 2)
     assert f.shape(last(m, "u")) is None
+
+
+def test_a_tuple_of_axes_from_a_length_is_the_trailing_axes_only_where_every_length_agrees():
+    body = """
+k = len(shape)
+a = tuple(range(-1, -k - 1, -1))
+b = tuple(range(-k, 0))
+c = tuple(-(i + 1) for i in range(len(self.shape)))
+d = [-i for i in range(1, len(self.shape) + 1)]
+e = tuple(range(-k, -1))
+f = tuple(range(k))
+g = tuple(-(i + 1) for i in range(len(self.shape) * 2))
+h = tuple(range(-len(self.shape), 0)) + tuple(range(-1, -k - 1, -1))
+"""
+    f, m = facts(body, params="x, shape")
+    for name in "ab":
+        found = f.trailing_axes(last(m, name))
+        assert found is not None and found[0] == Var("shape"), name
+    for name in "cd":
+        found = f.trailing_axes(last(m, name))
+        assert found is not None and getattr(found[0], "text", None) == "self.shape", name
+    for name in "efgh":  # one axis short, the leading axes, twice as many, two lengths
+        assert f.trailing_axes(last(m, name)) is None, name
