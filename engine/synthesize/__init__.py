@@ -174,7 +174,8 @@ def apply_findings(text: str, findings: list[Finding], style: Style | None = Non
                                      for line in rule.imports))  # type: ignore[attr-defined]
         if tree is not None:
             text = tidy_imports(original, tree, text, moved, imports, _names_in(state.codes), state.context.aliases,
-                                is_package_init=file.path.endswith("__init__.py"))
+                                is_package_init=file.path.endswith("__init__.py"),
+                                kept=moved.kept(original.count("\n") + 1))
     for f in findings:
         reason = state.failed.get(_identity(f))
         if reason is not None:
@@ -211,6 +212,31 @@ class _LineMap:
 
     def add(self, round_number: int, start: int, end: int, new_length: int) -> None:
         self.rounds.setdefault(round_number, []).append((start, end, new_length))
+
+    def kept(self, line_count: int) -> list[tuple[int, int, int]]:
+        """The runs of the original's lines 1..`line_count` that lie outside every replaced region,
+        as (first, last, shift): line L of such a run is line L + shift now (what `self(L)` says)."""
+        spans = [(1, line_count, 0)]
+        for _, changes in sorted(self.rounds.items()):
+            out = []
+            for first, last, shift in spans:
+                pieces = [(first, last)]
+                for start, end, _ in changes:  # this round's regions, in the lines it started from
+                    cut = []
+                    for a, b in pieces:
+                        if b + shift < start or a + shift > end:
+                            cut.append((a, b))
+                            continue
+                        if a + shift < start:
+                            cut.append((a, start - 1 - shift))
+                        if b + shift > end:
+                            cut.append((end + 1 - shift, b))
+                    pieces = cut
+                for a, b in pieces:  # no region inside a piece: every one is above it or below
+                    moved = sum(n - (end - start + 1) for start, end, n in changes if end < a + shift)
+                    out.append((a, b, shift + moved))
+            spans = out
+        return spans
 
     def __call__(self, line: int) -> int | None:
         for _, changes in sorted(self.rounds.items()):
