@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 
+from engine.extract.extractor import TOPLEVEL
 from engine.match.matcher import Finding
 from engine.synthesize.context import FileContext
 from engine.synthesize.imports import tidy_imports
@@ -129,10 +130,12 @@ def _compiles(code: str, path: str) -> bool:
     return True
 
 
-def apply_findings(text: str, findings: list[Finding], style: Style | None = None) -> str:
+def apply_findings(text: str, findings: list[Finding], style: Style | None = None, parsed=None) -> str:
+    """`text` with `findings` rewritten (see the module's docstring). `parsed`: the caller's `ast`
+    parse of `text` made on first use (`engine.match.fused.parse_once`), where it has one."""
     from engine.extract import extract_source
     from engine.match import find
-    from engine.match.fused import mark_already_fused
+    from engine.match.fused import mark_already_fused, parse_once
     from engine.suppression import apply_suppressions
 
     todo = [f for f in findings if f.status in REWRITABLE and f.match is not None]
@@ -141,10 +144,9 @@ def apply_findings(text: str, findings: list[Finding], style: Style | None = Non
     rules = list({id(f.match.rule): f.match.rule for f in todo}.values())  # type: ignore[union-attr]
     file = todo[0].match.file  # type: ignore[union-attr]
     original = text
-    try:
-        tree: ast.Module | None = ast.parse(text)  # the one ast parse: aliases and import positions
-    except (SyntaxError, ValueError, MemoryError, RecursionError):
-        tree = None
+    # the one ast parse: aliases, import positions, the classes' spans (an outline where the file
+    # was not parsed whole already)
+    tree = parsed() if parsed is not None and parsed.made else _outline(text, file) or (parsed or parse_once(text))()
     state = _File(text, FileContext.of(tree, text, style))
     moved = _LineMap()
     for round_number in range(MAX_ROUNDS):
@@ -182,6 +184,37 @@ def apply_findings(text: str, findings: list[Finding], style: Style | None = Non
             f.status = "near-miss"
             f.reason = f"not rewritten: {reason}"
     return text
+
+
+def _outline(text: str, file) -> ast.Module | None:
+    """The `ast` parse of `text` that synthesis needs, for a fraction of a whole one: the module's
+    top level and every `__init__` as written, every other function that extraction found (`file`,
+    its positions) written `def _(): pass` on its last line with its other lines blank, so that
+    every line keeps its number and the classes their spans. None where that does not parse."""
+    if "\r" in text:  # ast's lines are the text's `\n`-lines only without a carriage return
+        return None
+    spans = sorted({(m.pos.line, m.pos.end_line) for c in file.classes for m in c.methods
+                    if m.pos is not None and not m.name.endswith("__init__") and m.name != TOPLEVEL},
+                   key=lambda s: (s[0], -s[1]))
+    lines = text.split("\n")
+    last = 0
+    for first, end in spans:
+        if first <= last:
+            continue  # inside a function already outlined
+        head = lines[first - 1] if 0 < first <= end <= len(lines) else ""
+        body = head.lstrip()
+        if not (body.startswith("def ") or body.startswith("async def ")):
+            return None
+        for i in range(first - 1, end - 1):
+            lines[i] = ""
+        lines[end - 1] = head[:len(head) - len(body)] + "def _(): pass"
+        last = end
+    if not last:
+        return None
+    try:
+        return ast.parse("\n".join(lines))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
 
 
 def _only_classes(text: str, names: set[str], tree: ast.Module | None, moved: _LineMap) -> str:
