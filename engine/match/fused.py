@@ -254,7 +254,7 @@ def _fused_beside(file: _File, node: ast.AST, fn: _Func, kernel_sites: dict[_Fun
     return None
 
 
-class parse_once:  # noqa: N801 - used as a function: parse_once(text)() is the tree
+class LazyParse:
     """`text`'s `ast` parse, made when first asked for (None where it does not parse); `made` says
     whether it was."""
 
@@ -274,7 +274,7 @@ class parse_once:  # noqa: N801 - used as a function: parse_once(text)() is the 
 
 
 def mark_already_fused(text: str, module: str, findings: list, kernels: dict[str, str],
-                       parsed: parse_once | None = None) -> None:
+                       parsed: LazyParse | None = None) -> None:
     """Turn applicable findings whose site is a fallback of a fused path into `already-fused`.
 
     `kernels` maps a rule id to its kernel's qualified name; findings of other rules are left alone.
@@ -287,7 +287,7 @@ def mark_already_fused(text: str, module: str, findings: list, kernels: dict[str
     todo = [f for f in todo if any(_spelled(name, text) for name in _kernel_names(kernels[f.rule_id]))]
     if not todo:
         return
-    tree = (parsed or parse_once(text))()
+    tree = (parsed or LazyParse(text))()
     if tree is None:
         return  # extraction already reported the file; nothing here to rewrite either
     file = _File(tree, module)

@@ -132,10 +132,10 @@ def _compiles(code: str, path: str) -> bool:
 
 def apply_findings(text: str, findings: list[Finding], style: Style | None = None, parsed=None) -> str:
     """`text` with `findings` rewritten (see the module's docstring). `parsed`: the caller's `ast`
-    parse of `text` made on first use (`engine.match.fused.parse_once`), where it has one."""
+    parse of `text` made on first use (`engine.match.fused.LazyParse`), where it has one."""
     from engine.extract import extract_source
     from engine.match import find
-    from engine.match.fused import mark_already_fused, parse_once
+    from engine.match.fused import LazyParse, mark_already_fused
     from engine.suppression import apply_suppressions
 
     todo = [f for f in findings if f.status in REWRITABLE and f.match is not None]
@@ -146,7 +146,8 @@ def apply_findings(text: str, findings: list[Finding], style: Style | None = Non
     original = text
     # the one ast parse: aliases, import positions, the classes' spans (an outline where the file
     # was not parsed whole already)
-    tree = parsed() if parsed is not None and parsed.made else _outline(text, file) or (parsed or parse_once(text))()
+    tree = parsed() if parsed is not None and parsed.made else \
+        _outline(text, file) or (parsed or LazyParse(text))()
     state = _File(text, FileContext.of(tree, text, style))
     moved = _LineMap()
     for round_number in range(MAX_ROUNDS):
