@@ -5,8 +5,9 @@ region is parsed once with libcst and every finding in it becomes an edit comput
 parse; the edits are made together in one pass, the region is checked to compile, and put back in
 the file. Two findings whose edits touch the same statements cannot both be computed against one
 parse: the lower one is made, and the other is matched again on the edited text in a further round.
-A guarded rewrite keeps the original code under its guard, where another match may now be made: a
-file with one is matched again too (these are the cases that parse a region twice). A finding that cannot be rewritten is turned into a
+A guarded rewrite keeps the original code under its guard, where another match may now be made: its
+class is matched again too (these are the cases that parse a region twice); a class whose regions
+were all made in one round is not extracted again. A finding that cannot be rewritten is turned into a
 near-miss with the reason; the rest still apply. Then the imports the new code needs are added, and
 imports and parameter-free modules it orphaned are removed.
 """
@@ -153,16 +154,19 @@ def apply_findings(text: str, findings: list[Finding], style: Style | None = Non
     for round_number in range(MAX_ROUNDS):
         lines = text.splitlines(keepends=True)
         new_lines = list(lines)
-        again = False
+        again: set[str | None] = set()  # the classes of the regions to match again
         for region in reversed(regions(todo, len(lines))):  # bottom-up: earlier lines do not move
             replaced, deferred = state.rewrite_region(lines, region, file.path)
             new_lines[region.start - 1:region.end] = replaced
             moved.add(round_number, region.start, region.end, len(replaced))
-            again = again or deferred
+            if deferred:
+                again |= {f.cls for f in region.findings}
         text = "".join(new_lines)
         if not again:
             break
-        classes_text = _only_classes(text, {f.cls for f in todo}, tree, moved)
+        # only the classes with a region left for another round are extracted and matched again:
+        # the others' edits are made and their failures known
+        classes_text = _only_classes(text, again, tree, moved)
         fm = extract_source(classes_text, file.path, file.module)
         current = find([fm], rules, near_misses=False)
         # matched again: a fallback beside a fused path stays one, `# adopter: ignore` still holds
