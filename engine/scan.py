@@ -13,7 +13,7 @@ from engine.dsl.ir import Diagnostic, FileModel
 from engine.extract import extract_source
 from engine.extract.imports import module_name_for
 from engine.match import Finding, find, load_rules
-from engine.match.fused import mark_already_fused
+from engine.match.fused import LazyParse, mark_already_fused
 from engine.match.rule import Rule
 from engine.repo_files import MAX_DEPTH, MAX_FILES, UnsafePath, read_inside, walk_files
 from engine.suppression import apply_suppressions
@@ -88,12 +88,13 @@ def _included(rel: str, include: list[str] | None, exclude: list[str] | None) ->
     return True
 
 
-def _find(fm: FileModel, text: str, rules: list[Rule]) -> list[Finding]:
+def _find(fm: FileModel, text: str, rules: list[Rule], parsed=None) -> list[Finding]:
     """The rules' findings in one extracted file, fallbacks of a fused path beside them marked
-    `already-fused` (never rewritten), and those the source suppresses marked `suppressed`."""
+    `already-fused` (never rewritten), and those the source suppresses marked `suppressed`.
+    `parsed`: the file's `ast` parse made on first use (`LazyParse`), shared with synthesis."""
     with numbers.source(fm.path, text):  # call sites and attributes read from the source
         findings = find([fm], rules)
-    mark_already_fused(text, fm.module, findings, {r.id: r.kernel for r in rules if r.kernel})
+    mark_already_fused(text, fm.module, findings, {r.id: r.kernel for r in rules if r.kernel}, parsed)
     apply_suppressions(findings, text)
     return findings
 
@@ -102,8 +103,10 @@ def scan_source(text: str, rules: list[Rule], path: str = "model.py", module: st
     """Scan one source text; return the findings and the rewritten text (unchanged if none)."""
     from engine.synthesize import apply_findings
 
-    findings = _find(extract_source(text, path, module), text, rules)
-    new_text = apply_findings(text, findings) if any(f.status in ("rewritten", "guarded") for f in findings) else text
+    parsed = LazyParse(text)
+    findings = _find(extract_source(text, path, module), text, rules, parsed)
+    rewrite = any(f.status in ("rewritten", "guarded") for f in findings)
+    new_text = apply_findings(text, findings, parsed=parsed) if rewrite else text
     return findings, new_text
 
 
@@ -169,7 +172,8 @@ def scan_path(root: Path | str, *, rules: str | list[Rule] = "default", include:
         fm: FileModel = extract_source(text, rel, module_name_for(path))
         result.files_scanned += 1
         result.diagnostics.extend(fm.diagnostics)
-        findings = _find(fm, text, chosen)
+        parsed = LazyParse(text)
+        findings = _find(fm, text, chosen, parsed)
         result.findings.extend(findings)
         for f in findings:
             requires = f.match.rule.requires if f.match is not None else ()
@@ -185,7 +189,7 @@ def scan_path(root: Path | str, *, rules: str | list[Rule] = "default", include:
                 style = styles.get(path.parent)
                 if style is None:
                     style = styles[path.parent] = find_style(path.parent)
-                new_text = apply_findings(text, findings, style)  # type: ignore[arg-type]
+                new_text = apply_findings(text, findings, style, parsed=parsed)  # type: ignore[arg-type]
             except Exception as exc:  # a synthesis bug must not lose the scan
                 result.diagnostics.append(Diagnostic(rel, 0, f"rewrite failed and was skipped: {exc}", "error"))
                 continue

@@ -254,10 +254,32 @@ def _fused_beside(file: _File, node: ast.AST, fn: _Func, kernel_sites: dict[_Fun
     return None
 
 
-def mark_already_fused(text: str, module: str, findings: list, kernels: dict[str, str]) -> None:
+class LazyParse:
+    """`text`'s `ast` parse, made when first asked for (None where it does not parse); `made` says
+    whether it was."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.made = False
+        self._tree: ast.Module | None = None
+
+    def __call__(self) -> ast.Module | None:
+        if not self.made:
+            self.made = True
+            try:
+                self._tree = ast.parse(self.text)
+            except (SyntaxError, ValueError, RecursionError, MemoryError):
+                self._tree = None
+        return self._tree
+
+
+def mark_already_fused(text: str, module: str, findings: list, kernels: dict[str, str],
+                       parsed: LazyParse | None = None) -> None:
     """Turn applicable findings whose site is a fallback of a fused path into `already-fused`.
 
     `kernels` maps a rule id to its kernel's qualified name; findings of other rules are left alone.
+    `parsed`: the caller's `ast` parse of `text` (None where it does not parse), made on first use
+    and shared with the other steps that need one.
     """
     todo = [f for f in findings if f.status in ("rewritten", "guarded") and kernels.get(f.rule_id)]
     # A kernel call is written with the kernel's own name somewhere in the file (the call, or the
@@ -265,9 +287,8 @@ def mark_already_fused(text: str, module: str, findings: list, kernels: dict[str
     todo = [f for f in todo if any(_spelled(name, text) for name in _kernel_names(kernels[f.rule_id]))]
     if not todo:
         return
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+    tree = (parsed or LazyParse(text))()
+    if tree is None:
         return  # extraction already reported the file; nothing here to rewrite either
     file = _File(tree, module)
     for finding in todo:

@@ -5,8 +5,9 @@ region is parsed once with libcst and every finding in it becomes an edit comput
 parse; the edits are made together in one pass, the region is checked to compile, and put back in
 the file. Two findings whose edits touch the same statements cannot both be computed against one
 parse: the lower one is made, and the other is matched again on the edited text in a further round.
-A guarded rewrite keeps the original code under its guard, where another match may now be made: a
-file with one is matched again too (these are the cases that parse a region twice). A finding that cannot be rewritten is turned into a
+A guarded rewrite keeps the original code under its guard, where another match may now be made: its
+class is matched again too (these are the cases that parse a region twice); a class whose regions
+were all made in one round is not extracted again. A finding that cannot be rewritten is turned into a
 near-miss with the reason; the rest still apply. Then the imports the new code needs are added, and
 imports and parameter-free modules it orphaned are removed.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import ast
 
+from engine.extract.extractor import TOPLEVEL
 from engine.match.matcher import Finding
 from engine.synthesize.context import FileContext
 from engine.synthesize.imports import tidy_imports
@@ -129,10 +131,12 @@ def _compiles(code: str, path: str) -> bool:
     return True
 
 
-def apply_findings(text: str, findings: list[Finding], style: Style | None = None) -> str:
+def apply_findings(text: str, findings: list[Finding], style: Style | None = None, parsed=None) -> str:
+    """`text` with `findings` rewritten (see the module's docstring). `parsed`: the caller's `ast`
+    parse of `text` made on first use (`engine.match.fused.LazyParse`), where it has one."""
     from engine.extract import extract_source
     from engine.match import find
-    from engine.match.fused import mark_already_fused
+    from engine.match.fused import LazyParse, mark_already_fused
     from engine.suppression import apply_suppressions
 
     todo = [f for f in findings if f.status in REWRITABLE and f.match is not None]
@@ -141,25 +145,28 @@ def apply_findings(text: str, findings: list[Finding], style: Style | None = Non
     rules = list({id(f.match.rule): f.match.rule for f in todo}.values())  # type: ignore[union-attr]
     file = todo[0].match.file  # type: ignore[union-attr]
     original = text
-    try:
-        tree: ast.Module | None = ast.parse(text)  # the one ast parse: aliases and import positions
-    except (SyntaxError, ValueError, MemoryError, RecursionError):
-        tree = None
+    # the one ast parse: aliases, import positions, the classes' spans (an outline where the file
+    # was not parsed whole already)
+    tree = parsed() if parsed is not None and parsed.made else \
+        _outline(text, file) or (parsed or LazyParse(text))()
     state = _File(text, FileContext.of(tree, text, style))
     moved = _LineMap()
     for round_number in range(MAX_ROUNDS):
         lines = text.splitlines(keepends=True)
         new_lines = list(lines)
-        again = False
+        again: set[str | None] = set()  # the classes of the regions to match again
         for region in reversed(regions(todo, len(lines))):  # bottom-up: earlier lines do not move
             replaced, deferred = state.rewrite_region(lines, region, file.path)
             new_lines[region.start - 1:region.end] = replaced
             moved.add(round_number, region.start, region.end, len(replaced))
-            again = again or deferred
+            if deferred:
+                again |= {f.cls for f in region.findings}
         text = "".join(new_lines)
         if not again:
             break
-        classes_text = _only_classes(text, {f.cls for f in todo}, tree, moved)
+        # only the classes with a region left for another round are extracted and matched again:
+        # the others' edits are made and their failures known
+        classes_text = _only_classes(text, again, tree, moved)
         fm = extract_source(classes_text, file.path, file.module)
         current = find([fm], rules, near_misses=False)
         # matched again: a fallback beside a fused path stays one, `# adopter: ignore` still holds
@@ -174,13 +181,45 @@ def apply_findings(text: str, findings: list[Finding], style: Style | None = Non
                                      for line in rule.imports))  # type: ignore[attr-defined]
         if tree is not None:
             text = tidy_imports(original, tree, text, moved, imports, _names_in(state.codes), state.context.aliases,
-                                is_package_init=file.path.endswith("__init__.py"))
+                                is_package_init=file.path.endswith("__init__.py"),
+                                kept=moved.kept(original.count("\n") + 1))
     for f in findings:
         reason = state.failed.get(_identity(f))
         if reason is not None:
             f.status = "near-miss"
             f.reason = f"not rewritten: {reason}"
     return text
+
+
+def _outline(text: str, file) -> ast.Module | None:
+    """The `ast` parse of `text` that synthesis needs, for a fraction of a whole one: the module's
+    top level and every `__init__` as written, every other function that extraction found (`file`,
+    its positions) written `def _(): pass` on its last line with its other lines blank, so that
+    every line keeps its number and the classes their spans. None where that does not parse."""
+    if "\r" in text:  # ast's lines are the text's `\n`-lines only without a carriage return
+        return None
+    spans = sorted({(m.pos.line, m.pos.end_line) for c in file.classes for m in c.methods
+                    if m.pos is not None and not m.name.endswith("__init__") and m.name != TOPLEVEL},
+                   key=lambda s: (s[0], -s[1]))
+    lines = text.split("\n")
+    last = 0
+    for first, end in spans:
+        if first <= last:
+            continue  # inside a function already outlined
+        head = lines[first - 1] if 0 < first <= end <= len(lines) else ""
+        body = head.lstrip()
+        if not (body.startswith("def ") or body.startswith("async def ")):
+            return None
+        for i in range(first - 1, end - 1):
+            lines[i] = ""
+        lines[end - 1] = head[:len(head) - len(body)] + "def _(): pass"
+        last = end
+    if not last:
+        return None
+    try:
+        return ast.parse("\n".join(lines))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
 
 
 def _only_classes(text: str, names: set[str], tree: ast.Module | None, moved: _LineMap) -> str:
@@ -211,6 +250,31 @@ class _LineMap:
 
     def add(self, round_number: int, start: int, end: int, new_length: int) -> None:
         self.rounds.setdefault(round_number, []).append((start, end, new_length))
+
+    def kept(self, line_count: int) -> list[tuple[int, int, int]]:
+        """The runs of the original's lines 1..`line_count` that lie outside every replaced region,
+        as (first, last, shift): line L of such a run is line L + shift now (what `self(L)` says)."""
+        spans = [(1, line_count, 0)]
+        for _, changes in sorted(self.rounds.items()):
+            out = []
+            for first, last, shift in spans:
+                pieces = [(first, last)]
+                for start, end, _ in changes:  # this round's regions, in the lines it started from
+                    cut = []
+                    for a, b in pieces:
+                        if b + shift < start or a + shift > end:
+                            cut.append((a, b))
+                            continue
+                        if a + shift < start:
+                            cut.append((a, start - 1 - shift))
+                        if b + shift > end:
+                            cut.append((end + 1 - shift, b))
+                    pieces = cut
+                for a, b in pieces:  # no region inside a piece: every one is above it or below
+                    moved = sum(n - (end - start + 1) for start, end, n in changes if end < a + shift)
+                    out.append((a, b, shift + moved))
+            spans = out
+        return spans
 
     def __call__(self, line: int) -> int | None:
         for _, changes in sorted(self.rounds.items()):

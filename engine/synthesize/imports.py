@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import bisect
 import functools
+import itertools
 import json
 import re
 import subprocess
@@ -36,23 +37,90 @@ def bound_names(stmt: ast.stmt) -> list[str]:
     return []
 
 
-def _mentions(text: str, names: set[str], attrs: set[str]) -> tuple[dict[str, set[int]], dict[str, set[int]]]:
-    """Where `text` mentions each of `names` bare (not after a dot) and each of `attrs` as an
-    attribute or quoted (`.attend`, `"attend"`): name -> 0-based lines."""
+def _mentions(text: str, names: set[str], attrs: set[str], start: int = 0, end: int | None = None,
+              starts: list[int] | None = None) -> tuple[dict[str, set[int]], dict[str, set[int]]]:
+    """Where `text` (between the offsets `start` and `end`) mentions each of `names` bare (not after
+    a dot) and each of `attrs` as an attribute or quoted (`.attend`, `"attend"`): name -> 0-based
+    lines. `starts`: the offsets of the text's lines, where the caller has them."""
     bare: dict[str, set[int]] = {}
     dotted: dict[str, set[int]] = {}
-    starts = [0, *(m.end() for m in re.finditer("\n", text))]
+    starts = starts or _line_starts(text, closed=False)
+    end = len(text) if end is None else end
 
     def line_of(offset: int) -> int:
         return bisect.bisect_right(starts, offset) - 1
 
     if names:
-        for m in _bare_pattern(frozenset(names)).finditer(text):
+        for m in _bare_pattern(frozenset(names)).finditer(text, start, end):
             bare.setdefault(m.group(1), set()).add(line_of(m.start()))
     if attrs:
-        for m in _dotted_pattern(frozenset(attrs)).finditer(text):
+        for m in _dotted_pattern(frozenset(attrs)).finditer(text, start, end):
             dotted.setdefault(m.group(1) or m.group(2), set()).add(line_of(m.start()))
     return bare, dotted
+
+
+def _mentions_edited(original: str, text: str, kept: list[tuple[int, int, int]], before: tuple[dict, dict],
+                     names: set[str], attrs: set[str]) -> tuple[dict[str, set[int]], dict[str, set[int]]]:
+    """`_mentions(text, names, attrs)` where `text` is `original` with some runs of lines replaced
+    and `before` is `_mentions(original, ...)`: the lines `kept` (original first, last, shift, from
+    the line map) hold the same text, and so the same mentions, in both; only the lines the
+    rewrite wrote are searched. The whole text is searched where that could differ: a kept line
+    that is not what it was, or a `.` before a line break at the edge of a kept run (an attribute
+    mention may run across it)."""
+    old_starts, new_starts = _line_starts(original), _line_starts(text)
+    pairs = []  # (first 0-based line in original, in text, line count)
+    for first, last, shift in kept:
+        a, b = first - 1, first - 1 + shift
+        n = min(last - first + 1, len(old_starts) - 1 - a, len(new_starts) - 1 - b)
+        if n > 0:
+            pairs.append((a, b, n))
+    edges: list[tuple[str, int]] = []
+    for a, b, n in pairs:
+        if original[old_starts[a]:old_starts[a + n]] != text[new_starts[b]:new_starts[b + n]]:
+            return _mentions(text, names, attrs)
+        edges += [(original, old_starts[a]), (original, old_starts[a + n]), (text, new_starts[b]),
+                  (text, new_starts[b + n])]
+    if attrs and any(_dot_before(t, at) for t, at in edges):
+        return _mentions(text, names, attrs)
+    bare: dict[str, set[int]] = {}
+    dotted: dict[str, set[int]] = {}
+    shifts = [(a, a + n, b - a) for a, b, n in pairs]
+    for found, out in ((before[0], bare), (before[1], dotted)):
+        for name, lines in found.items():
+            moved = {line + d for line in lines for a, end, d in shifts if a <= line < end}
+            if moved:
+                out[name] = moved
+    written, line = [], 0  # runs of lines of `text` that no kept line covers
+    for _, b, n in sorted(pairs, key=lambda p: p[1]):
+        if b > line:
+            written.append((line, b))
+        line = max(line, b + n)
+    if line < len(new_starts) - 1:
+        written.append((line, len(new_starts) - 1))
+    for start, end in written:
+        found_bare, found_dotted = _mentions(text, names, attrs, new_starts[start], new_starts[end], new_starts)
+        for found, out in ((found_bare, bare), (found_dotted, dotted)):
+            for name, lines in found.items():
+                out.setdefault(name, set()).update(lines)
+    return bare, dotted
+
+
+def _line_starts(text: str, closed: bool = True) -> list[int]:
+    """The offset of each line's start (after each `\n`); `closed`: and the text's length where it
+    does not end with one (as the start of a line after the last)."""
+    parts = text.split("\n")
+    starts = [0, *itertools.accumulate(len(part) + 1 for part in parts[:-1])]
+    if closed and starts[-1] != len(text):
+        starts.append(len(text))
+    return starts
+
+
+def _dot_before(text: str, at: int) -> bool:
+    """Whether the text before `at` ends with a `.` and whitespace only."""
+    i = at - 1
+    while i >= 0 and text[i].isspace():
+        i -= 1
+    return i >= 0 and text[i] == "."
 
 
 @functools.lru_cache(maxsize=256)
@@ -133,11 +201,14 @@ def _without(stmt: ast.Import | ast.ImportFrom, names: set[str], line: str) -> s
 
 
 def tidy_imports(original: str, tree: ast.Module, text: str, new_line: Callable[[int], int | None],
-                 needed: list[str], used: set[str], aliases: dict[str, str], is_package_init: bool = False) -> str:
+                 needed: list[str], used: set[str], aliases: dict[str, str], is_package_init: bool = False,
+                 kept: list[tuple[int, int, int]] | None = None) -> str:
     """`text` (the rewrite of `original`, whose parse is `tree`; `new_line` maps an original line to
     its line in `text`, None inside a rewritten region) with the import lines of `needed` that bind
     a name in `used` and that the file does not bind yet, and without the imports and
-    parameter-free modules that the rewrite orphaned."""
+    parameter-free modules that the rewrite orphaned. `kept`: the runs of original lines that
+    `new_line` moves unchanged, as (first, last, shift), where the caller has them: the mentions
+    on those lines are then not searched for again."""
     lines = text.splitlines(keepends=True)
     imports = [s for s in tree.body if isinstance(s, (ast.Import, ast.ImportFrom))]
     bound = {n for stmt in imports for n in bound_names(stmt)}
@@ -162,7 +233,8 @@ def tidy_imports(original: str, tree: ast.Module, text: str, new_line: Callable[
         import_names = {n for stmt in imports for n in bound_names(stmt)}
         build_attrs = {attr for attr, _, _ in builds}
         bare_before, attrs_before = _mentions(original, import_names, build_attrs)
-        bare_after, attrs_after = _mentions(text, import_names, build_attrs)
+        bare_after, attrs_after = _mentions(text, import_names, build_attrs) if kept is None else \
+            _mentions_edited(original, text, kept, (bare_before, attrs_before), import_names, build_attrs)
         for attr, where_before, where_after in builds:
             # mentioned elsewhere than its own construction before the rewrite, nowhere after it
             if _outside(attrs_before, attr, where_before) and not _outside(attrs_after, attr, where_after):

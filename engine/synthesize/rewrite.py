@@ -61,11 +61,22 @@ def _size(r: CodeRange) -> tuple[int, int]:
     return (r.end.line - r.start.line, (r.end.column - r.start.column) if r.end.line == r.start.line else 10**6)
 
 
+_KEYS: dict[int, tuple[cst.CSTNode, str]] = {}  # id(node) -> (node, its key): the same tests are asked often
+_KEYS_HELD = 4096
+
+
 def _key(node: cst.CSTNode) -> str:
     """A condition's text with its layout removed: the key under which its truth is known."""
-    if isinstance(node, cst.BaseExpression) and (node.lpar or node.rpar):
-        node = node.with_changes(lpar=[], rpar=[])
-    return " ".join(cst.Module([]).code_for_node(node).split())
+    known = _KEYS.get(id(node))
+    if known is not None and known[0] is node:  # nodes are immutable: one node, one key
+        return known[1]
+    bare = node.with_changes(lpar=[], rpar=[]) if isinstance(node, cst.BaseExpression) and (node.lpar or node.rpar) \
+        else node
+    key = " ".join(cst.Module([]).code_for_node(bare).split())
+    if len(_KEYS) >= _KEYS_HELD:
+        _KEYS.clear()
+    _KEYS[id(node)] = (node, key)  # the node is held with its key, so its id is not reused meanwhile
+    return key
 
 
 class _Rewriter(cst.CSTTransformer):
@@ -460,11 +471,18 @@ def _reads_outside(stmt: cst.CSTNode, guard: cst.BaseExpression) -> set[str]:
 class _Fit(cst.CSTTransformer):
     """Lays out again the statements (and comment lines above them) that no longer fit."""
 
-    def __init__(self, style, column: int, unit: int) -> None:
+    def __init__(self, style, column: int, unit: int, widest=lambda node: None) -> None:
         self.style = style
         self.column = column
         self.unit = unit
         self.depth = 0
+        self.widest = widest  # node -> its longest line where known without generating its code
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        # only blocks and statements are laid out: a simple statement is measured whole
+        if isinstance(node, (cst.BaseExpression, cst.SimpleStatementLine)):
+            return False
+        return super().on_visit(node)
 
     def _comments(self, lines, width: int) -> list:
         out = []
@@ -490,6 +508,9 @@ class _Fit(cst.CSTTransformer):
     def leave_SimpleStatementLine(self, original, updated):  # noqa: N802
         width = self.column + self.depth * self.unit
         updated = updated.with_changes(leading_lines=self._comments(updated.leading_lines, width))
+        widest = self.widest(original)
+        if widest is not None and widest + width <= self.style.line_length:
+            return updated
         text = cst.Module([]).code_for_node(updated.with_changes(leading_lines=[]))
         if max(len(line) for line in text.splitlines()) + width <= self.style.line_length:
             return updated
@@ -529,6 +550,10 @@ class Synthesizer:
         self.positions = _ById(self.index.ranges)
         self.indent_unit = self._indent_unit()
         self._callsite: callsite.Translation | None = None  # set while a match is written at a helper's call
+        self._widths: dict[int, int] = {}  # id(indexed simple statement) -> its longest line
+        lines = region_text.splitlines(keepends=True)
+        # the region's lines as ast numbers them (None where another character also breaks a line)
+        self._region_lines = lines if len(lines) == region_text.count("\n") else None
 
     def _indent_unit(self) -> str:
         """The file's own indentation step, for the blocks synthesis creates."""
@@ -614,6 +639,21 @@ class Synthesizer:
                     continue
             child, parent = parent, parents.get(id(parent))
         return facts
+
+    def _widest_line(self, node: cst.CSTNode) -> int | None:
+        """The longest line of a simple statement of the parse as it stands, read off the region's
+        text (libcst round-trips it exactly) instead of generating its code; None for another node."""
+        if not isinstance(node, cst.SimpleStatementLine):
+            return None
+        where = self.index.ranges.get(id(node))  # indexed nodes are held: the id is this node's
+        lines = self._region_lines
+        if where is None or lines is None:
+            return None
+        widest = self._widths.get(id(node))
+        if widest is None:
+            text = "".join([lines[where.start.line - 1][where.start.column:], *lines[where.start.line:where.end.line]])
+            widest = self._widths[id(node)] = max(len(line) for line in text.splitlines())
+        return widest
 
     def _footprint(self, node: cst.CSTNode) -> tuple[int, int]:
         where = self.positions[node]
@@ -915,7 +955,7 @@ class Synthesizer:
     def _fit(self, statements: list[cst.CSTNode], column: int) -> list[cst.CSTNode]:
         """`statements`, now one block deeper than at `column`, with each line that no longer fits
         the repository's line length laid out again by the formatter."""
-        fit = _Fit(self.context.style, column, len(self.indent_unit.expandtabs()))
+        fit = _Fit(self.context.style, column, len(self.indent_unit.expandtabs()), self._widest_line)
         block = cst.IndentedBlock(body=statements).visit(fit)  # type: ignore[arg-type]
         return list(block.body) if isinstance(block, cst.IndentedBlock) else statements
 
