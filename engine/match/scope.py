@@ -479,11 +479,13 @@ def _find_rule(rule: Rule, indexes: list[MethodIndex], near_misses: bool) -> lis
         if in_rewritten_form(m, ix):
             continue
         finding = _least_guarded(m, ix, group)
-        if finding is not None and finding.hands_off and not m.root.via:
-            calls = [_least_guarded(*site) for site in at_calls.get(key, ())]
-            calls = [f for f in calls if f is not None and f.status in ("rewritten", "guarded")]
-            if calls:
-                results.extend(calls)
+        if finding is not None and finding.hands_off and not m.root.via and key in at_calls:
+            calls = [_least_guarded(*site) for site in at_calls[key]]
+            if all(f is None for f in calls):
+                continue  # every call already keeps the helper only where its weights are needed
+            rewritable = [f for f in calls if f is not None and f.status in ("rewritten", "guarded")]
+            if rewritable:
+                results.extend(rewritable)
                 continue
         results.append(finding)
     # structures that differ only in a constant, where nothing matched exactly: near-misses

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+import tempfile
 import types
 
 import pytest
@@ -31,11 +32,17 @@ def _load(root: str, name: str, text: str | None = None):
         package.__path__ = [os.path.join(root, *parts[:i])]
         sys.modules[package.__name__] = package
     path = os.path.join(root, *parts) + ".py"
+    with open(path, encoding="utf-8") as fh:
+        source = fh.read()
+    if text is not None:
+        # torch.jit.script reads a class's source from its module's file: the rewritten text must be
+        # that file (read from the original, its lines no longer match once a rewrite removes some)
+        path = os.path.join(tempfile.mkdtemp(prefix="jit-panel-"), parts[-1] + ".py")
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(text)
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
-    with open(path, encoding="utf-8") as fh:
-        source = fh.read()
     exec(compile(text if text is not None else source, path, "exec"), module.__dict__)  # noqa: S102
     return module, source
 
