@@ -104,6 +104,10 @@ _FACTORIES = {"torch.ones", "torch.zeros", "torch.randn", "torch.rand", "torch.e
 _PARAM_WRAPPERS = {"torch.nn.Parameter", "torch.nn.parameter.Parameter"}
 
 
+# ops whose outputs are a tuple of tensors of their own (each output's shape is derived for it)
+_TUPLE_OPS = {".unbind", "torch.unbind", ".chunk", ".split", "torch.chunk", "torch.split", ".tensor_split"}
+
+
 class ShapeFacts:
     """The shape facts of one method (and its class's `__init__` for parameters)."""
 
@@ -265,6 +269,17 @@ class ShapeFacts:
     # -- derivation ------------------------------------------------------------------------
 
     def _derive(self, name: str) -> Shape | None:
+        node = self.defs.get(name)
+        shape = self._derive_value(name)
+        if shape is None or node is None or len(node.outputs) < 2 or node.op in _TUPLE_OPS or node.kind == "phi":
+            return shape
+        # `q, k, v = x.permute(2, 0, 3, 1, 4)`: unpacking a tensor iterates over its first axis (the
+        # trailing axes known of a value of unknown rank stay as they are)
+        if not shape.exact:
+            return shape
+        return Shape(shape.axes[1:], True) if shape.axes else None
+
+    def _derive_value(self, name: str) -> Shape | None:
         node = self.defs.get(name)
         if node is None:
             return None
