@@ -699,11 +699,7 @@ class Synthesizer:
         for located in others.values():
             self._check_removable(located, method_nodes, removed_ids, match)
 
-        template = self.context.localize(match.rule.rewrite)
-        new_code = layout.result(match, render_template(
-            template, layout.lookup(match, lambda name: self.lookup(name, match, root_expr),
-                                    lambda operand: self.render(operand, match))))
-        new_code = layout.upcast_result(match, new_code, self.lookup("v", match, root_expr))
+        new_code = self._kernel_code(match, root_expr)
         try:
             new_expr = cst.parse_expression(new_code)
         except cst.ParserSyntaxError as exc:
@@ -765,11 +761,7 @@ class Synthesizer:
                 raise callsite.CallSiteError("the helper does not return the attention's result as it is")
             self._callsite = translation
             try:
-                template = self.context.localize(match.rule.rewrite)
-                new_code = layout.result(match, render_template(
-                    template, layout.lookup(match, lambda name: self.lookup(name, match, call_expr),
-                                            lambda operand: self.render(operand, match))))
-                new_code = layout.upcast_result(match, new_code, self.lookup("v", match, call_expr))
+                new_code = self._kernel_code(match, call_expr)
             finally:
                 self._callsite = None
             try:
@@ -802,6 +794,15 @@ class Synthesizer:
         if guard is not None:
             return self._guarded(finding, guard, call_stmt, new_stmt, [], new_code, [])
         return Edit({call_stmt.node: new_stmt}, set(), {}, [self._footprint(call_stmt.node)], new_code)
+
+    def _kernel_code(self, match: Match, expr: cst.BaseExpression) -> str:
+        """The rule's template filled with the match's bindings, in the kernel's layout (`expr`: the
+        expression the `$callee`/`$args` of a template read)."""
+        template = self.context.localize(match.rule.rewrite)
+        code = layout.result(match, render_template(
+            template, layout.lookup(match, lambda name: self.lookup(name, match, expr),
+                                    lambda operand: self.render(operand, match))))
+        return layout.upcast_result(match, code, self.lookup("v", match, expr))
 
     def _guard(self, finding: Finding, stmt: cst.CSTNode) -> cst.BaseExpression | None:
         """The guarded finding's condition for keeping the original at `stmt`, or None where the
