@@ -121,6 +121,9 @@ class Finding:
     checks: list[Pos] = field(default_factory=list)  # shape validations of intermediates the rewrite removes
     # unmatched nodes that only compute arguments the rewrite drops (`mask_value = -finfo(s.dtype).max`)
     companions: list[Node] = field(default_factory=list, repr=False, compare=False)
+    # metadata reads of the removed scores in kept code, with the axes they read (`("key",)` for
+    # `s.shape[-1]`, `("device",)`): synthesis states them on the query and the key
+    restated: list[tuple[Node, tuple[str, ...]]] = field(default_factory=list, repr=False, compare=False)
     match: Match | None = field(default=None, repr=False, compare=False)
     # other matches of the same root, fullest first, each with what analysing it needs: tried in
     # turn when synthesis cannot write this one (engine/match/scope.py `fallback`)

@@ -181,6 +181,78 @@ def _only_feeds_dropped_argument(use: Node, match: Match, ix: MethodIndex) -> li
     return [n for n in slice_nodes if not any(_inside(n.pos, h) for h in holders)]
 
 
+# ops that give a value shaped like their (first, or any broadcast) tensor operand: the scores stay
+# (..., query, key) through them
+_SHAPE_KEEPING = {"scale", "mul", "div", "add", "sub", "masked_fill", ".masked_fill", ".float", ".to", ".type_as",
+                  ".type", ".half", ".bfloat16", "softmax", "dropout", "torch.where", ".contiguous", ".clone"}
+
+
+def _score_shaped(match: Match) -> set[str]:
+    """The names of matched values shaped like the attention scores (..., query, key): the product
+    of `$q` and `$k` (`s0`) and what the match computes from it elementwise (scaled, masked,
+    normalized, dropped out). A skipped optional step stands for its first input."""
+    pattern = match.pattern
+    if pattern is None or "s0" not in match.nodes or not {"q", "k"} <= match.bindings.keys():
+        return set()
+    keys = {"s0"}
+    for stmt in pattern.stmts[:-1]:
+        if stmt.out is None or stmt.out == "s0" or not stmt.data_args:
+            continue
+        if stmt.out in match.skipped:
+            if stmt.data_args[0] in keys:
+                keys.add(stmt.out)
+        elif stmt.out in match.nodes and {op.name for op in stmt.all_ops} <= _SHAPE_KEEPING \
+                and any(arg in keys for arg in stmt.data_args):
+            keys.add(stmt.out)
+    return {match.nodes[key].outputs[0] for key in keys if key in match.nodes and match.nodes[key].outputs}
+
+
+def _of_scores(operand, scores: set[str], ix: MethodIndex, depth: int = 0) -> bool:
+    """`operand` holds score-shaped values on every path: one of `scores`, or a merge of such."""
+    if not isinstance(operand, Var) or depth > 8:
+        return False
+    if operand.name in scores:
+        return True
+    node = ix.defs.get(operand.name)
+    if node is None or node.kind != "phi":
+        return False
+    merged = [v for v in node.inputs if isinstance(v, Var)]
+    return bool(merged) and all(_of_scores(v, scores, ix, depth + 1) for v in merged)
+
+
+def _axes(index: object) -> tuple[str, ...] | None:
+    """Which of the scores' axes an index of their shape reads: the last is the key's, the one
+    before it the query's (`-2:` both)."""
+    if isinstance(index, Const):
+        return {-1: ("key",), -2: ("query",)}.get(index.value) if type(index.value) is int else None  # type: ignore[call-overload]
+    if isinstance(index, Sym) and index.text.replace(" ", "") == "-2:":
+        return ("query", "key")
+    return None
+
+
+def _restatement(use: Node, scores: set[str], ix: MethodIndex) -> tuple[Node, tuple[str, ...]] | None:
+    """A read of the scores' metadata that the query and the key state as well, and the node whose
+    expression becomes that statement: `s.device` (the query's device), `s.shape[-1]` /
+    `s.size(-1)` (the key's length), `s.shape[-2]` (the query's), `s.shape[-2:]` (both). The
+    rewrite removes the scores; such a read is then written on `$q` and `$k` (synthesis)."""
+    if use.kind != "op" or not use.inputs or not _of_scores(use.inputs[0], scores, ix) or use.pos is None:
+        return None
+    if use.op == ".size" and len(use.inputs) == 2 and not use.kwargs:
+        axes = _axes(use.inputs[1])
+        return (use, axes) if axes else None
+    if use.op != "getattr" or len(use.inputs) != 2 or not isinstance(use.inputs[1], Const):
+        return None
+    if use.inputs[1].value == "device":
+        return use, ("device",)
+    if use.inputs[1].value != "shape" or len(use.outputs) != 1:
+        return None
+    users = ix.uses.get(use.outputs[0], [])
+    if len(users) != 1 or users[0].op != "getitem" or len(users[0].inputs) != 2 or users[0].pos is None:
+        return None
+    axes = _axes(users[0].inputs[1])
+    return (users[0], axes) if axes else None
+
+
 def _shape_check(use: Node, ix: MethodIndex):
     """The position of an `if` test that only validates a shape and raises, if `use` is such a read."""
     if not _reads_metadata_only(use) or use.pos is None:
@@ -254,6 +326,7 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding | N
     consumed = {v for stmt in pattern.stmts for v in stmt.data_args}
     sink_nodes = [n for key, n in match.nodes.items() if key not in consumed]  # the root and other sinks
     root_outputs = {name for n in sink_nodes for name in n.outputs}
+    scores = _score_shaped(match)
     for node in nodes:
         for name in node.outputs:
             if name in root_outputs:
@@ -268,6 +341,12 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding | N
                     # `s.masked_fill(m, -torch.finfo(s.dtype).max)`: removed with the call, and a
                     # statement of its own that computes that argument goes too
                     finding.companions.extend(c for c in companions if c not in finding.companions)
+                    continue
+                restated = _restatement(use, scores, ix) if not rule.detect_only else None
+                if restated is not None:
+                    # `torch.eye(dots.shape[-1], device=dots.device)`: the kept statement reads the
+                    # key's length and the query's device instead (synthesis writes them)
+                    finding.restated.append(restated)
                     continue
                 check = _shape_check(use, ix)
                 if check is not None:

@@ -224,6 +224,49 @@ def lookup(match: Match, base: Callable[[str], str | None],
     return adapted
 
 
+def sequence_axis(match: Match, name: str) -> tuple[Operand, int] | None:
+    """The operand behind the kernel's `$q` or `$k` as the code holds it, and which of its axes is
+    the kernel operand's axis -2 (the query's or the key's length); None where a lowering made
+    that axis."""
+    operand = match.bindings.get(name)
+    swap = name == "k" and _needs_key_swap(match)
+    low = _lowered(match, name, lambda o: "")
+    if low is None:
+        return (operand, -1 if swap else -2) if operand is not None else None
+    _, origin, _, swapped = low
+    base = _chain(match, operand)[0]
+    if base is None:
+        return None
+    position = -1 if swap != swapped else -2
+    if not origin:
+        return base, position
+    source = origin[len(origin) + position]
+    if source is None:
+        return None
+    return base, source - sum(1 for o in origin if o is not None)
+
+
+def restated(match: Match, axes: tuple[str, ...], render: Callable[[Operand], str | None],
+             method: str = "shape") -> str | None:
+    """The text of a read of the scores' metadata (`axes`, see engine/match/scope.py `_restatement`)
+    on the operands the rewrite keeps, or None where an operand has no plain name (its expression
+    would be evaluated again). `method`: `shape` (`k.shape[-2]`) or `size` (`k.size(-2)`)."""
+    texts = []
+    for axis in axes:
+        found = sequence_axis(match, "k" if axis == "key" else "q")
+        if found is None:
+            return None
+        operand, position = found
+        text = render(operand)
+        if text is None or not re.fullmatch(r"[A-Za-z_][\w.]*", text):
+            return None
+        if axis == "device":
+            texts.append(f"{text}.device")
+        else:
+            texts.append(f"{text}.size({position})" if method == "size" else f"{text}.shape[{position}]")
+    return ", ".join(texts)
+
+
 def _conditional(match: Match, name: str, text: str | None) -> str | None:
     """A score factor the code applies only on one branch of an `if` (`if self.scale_attn_weights:
     w = w / sqrt(d)`), as the factor there and 1.0 elsewhere."""

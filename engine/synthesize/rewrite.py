@@ -550,6 +550,9 @@ class Synthesizer:
         self.positions = _ById(self.index.ranges)
         self.indent_unit = self._indent_unit()
         self._callsite: callsite.Translation | None = None  # set while a match is written at a helper's call
+        # while a match's template is filled: metadata reads of its scores and their restatement on
+        # the query and key (a kept expression the template copies reads those, not the scores)
+        self._restating: list[tuple[Pos, str]] = []
         self._widths: dict[int, int] = {}  # id(indexed simple statement) -> its longest line
         lines = region_text.splitlines(keepends=True)
         # the region's lines as ast numbers them (None where another character also breaks a line)
@@ -610,6 +613,79 @@ class Synthesizer:
             return self.lines[line - 1][col:end_col]
         parts = [self.lines[line - 1][col:], *self.lines[line:end_line - 1], self.lines[end_line - 1][:end_col]]
         return "".join(parts)
+
+    def _source_restated(self, pos: Pos) -> str:
+        """`source(pos)` with the metadata reads of the scores inside it restated (`_restating`)."""
+        line, col, end_line, end_col = self._file_range(pos)
+        inner = [(self._file_range(p), text) for p, text in self._restating
+                 if (p.line, p.col) >= (pos.line, pos.col) and (p.end_line, p.end_col) <= (pos.end_line, pos.end_col)]
+        if not inner:
+            return self.source(pos)
+        starts = list(itertools.accumulate((len(self.lines[i]) for i in range(line - 1, end_line - 1)), initial=0))
+        whole = "".join(self.lines[line - 1:end_line])
+        for (a, b, c, d), text in sorted(inner, key=lambda item: item[0], reverse=True):
+            start, stop = starts[a - line] + b, starts[c - line] + d
+            whole = whole[:start] + (f"({text})" if "," in text else text) + whole[stop:]
+        shift = len(whole) - len("".join(self.lines[line - 1:end_line]))
+        return whole[col:starts[-1] + end_col + shift]
+
+    def _restatements(self, finding: Finding, removed: set[cst.CSTNode], root: _Located) -> dict[cst.CSTNode, cst.CSTNode]:
+        """The kept statements that read the removed scores' metadata, each with those reads
+        written on the query and the key (`torch.eye(dots.shape[-1], device=dots.device)` ->
+        `torch.eye(k.shape[-2], device=q.device)`); sets `_restating` for the template's operands.
+        Refused where an operand has no name holding its value at the read."""
+        match = finding.match
+        assert match is not None
+        self._restating = []
+        exprs: dict[cst.CSTNode, dict[cst.CSTNode, cst.BaseExpression]] = {}
+        for node, axes in finding.restated:
+            assert node.pos is not None
+            what = "device" if axes == ("device",) else "shape"
+            if node.via:
+                raise SynthesisError(f"line {node.pos.line} reads the scores' {what} in a helper")
+            text = layout.restated(match, axes, lambda operand, at=node: self._named_at(operand, match, at),
+                                   "size" if node.op == ".size" else "shape")
+            if text is None:
+                raise SynthesisError(f"line {node.pos.line} reads the scores' {what}, and the query or the key has "
+                                     "no name that holds it there")
+            self._restating.append((node.pos, text))
+            located = self.statement_at(node.pos)
+            if located.node in removed:
+                continue  # the statement goes; an operand the template copies from it is restated
+            expr = self.expression_at(node.pos)
+            if located.node is root.node:
+                outer = match.root.pos
+                if outer is None or (node.pos.line, node.pos.col) < (outer.line, outer.col) \
+                        or (node.pos.end_line, node.pos.end_col) > (outer.end_line, outer.end_col):
+                    raise SynthesisError(f"line {node.pos.line} reads the scores' {what} beside the rewritten value")
+                continue  # inside the value the kernel call replaces
+            new = cst.parse_expression(text)
+            if isinstance(new, cst.Tuple) and not _whole_value(located.node, expr):
+                new = new.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+            exprs.setdefault(located.node, {})[expr] = new
+        out = {}
+        for stmt, replace in exprs.items():
+            rewriter = _Rewriter(replace, set())
+            rewriter.deep = True
+            out[stmt] = stmt.visit(rewriter)
+        return out
+
+    def _named_at(self, operand: Operand, match: Match, at: Node) -> str | None:
+        """The name that holds `operand` where `at` runs, or None (a temporary, or a name the code
+        assigns again in between)."""
+        if isinstance(operand, Sym):
+            return operand.text if re.fullmatch(r"[A-Za-z_][\w.]*", operand.text) else None
+        if not isinstance(operand, Var) or _TEMP.match(operand.name):
+            return None
+        name = _python_name(operand.name)
+        nodes = [n for n in match.method.nodes if not n.via]
+        start = next((i for i, n in enumerate(nodes) if operand.name in n.outputs), -1)
+        end = next((i for i, n in enumerate(nodes) if n is at), None)
+        if end is None or end < start:
+            return None
+        if any(_python_name(o) == name and o != operand.name for n in nodes[start + 1:end] for o in n.outputs):
+            return None
+        return name
 
     def block_of(self, node: cst.CSTNode) -> tuple[cst.CSTNode, list[cst.CSTNode]]:
         """The statement list (module or indented block) that holds `node` directly."""
@@ -699,7 +775,12 @@ class Synthesizer:
         for located in others.values():
             self._check_removable(located, method_nodes, removed_ids, match)
 
-        new_code = self._kernel_code(match, root_expr)
+        removed_stmts = set(others) | {self.statement_at(n.pos).node for n in finding.companions if n.pos is not None}
+        try:
+            restated = self._restatements(finding, removed_stmts, root_stmt) if finding.restated else {}
+            new_code = self._kernel_code(match, root_expr)
+        finally:
+            self._restating = []
         try:
             new_expr = cst.parse_expression(new_code)
         except cst.ParserSyntaxError as exc:
@@ -718,10 +799,10 @@ class Synthesizer:
         new_stmt = self._formatted(root_stmt, root_expr, new_expr, extra_indent=guard is not None)
         code = cst.Module([]).code_for_node(new_expr)
         if guard is not None:
-            return self._guarded(finding, guard, root_stmt, new_stmt, removable, code, companions)
+            return self._guarded(finding, guard, root_stmt, new_stmt, removable, code, companions, restated)
         new_stmt = self._keep_separation(root_stmt.node, new_stmt, removable)
-        footprint = [self._footprint(n) for n in [root_stmt.node, *removable]]
-        return Edit({root_stmt.node: new_stmt}, set(removable), {}, footprint, code)
+        footprint = [self._footprint(n) for n in [root_stmt.node, *removable, *restated]]
+        return Edit({root_stmt.node: new_stmt, **restated}, set(removable), {}, footprint, code)
 
     def _at_call(self, finding: Finding) -> Edit:
         """The edit of a match inlined from a helper, made at the helper's call (callsite.py): the
@@ -733,6 +814,8 @@ class Synthesizer:
         root = match.root
         if len(root.via) != 1 or root.pos is None:
             raise SynthesisError("the match lies in a helper of a helper")
+        if finding.restated:
+            raise SynthesisError("the helper's scores are read for their shape or device: not written at its call")
         call_pos = root.via[0]
         call_stmt = self.statement_at(call_pos)
         call_expr = self.expression_at(call_pos)
@@ -851,7 +934,9 @@ class Synthesizer:
         return parsed.with_changes(leading_lines=leading)
 
     def _guarded(self, finding: Finding, guard: cst.BaseExpression, root_stmt: _Located, new_stmt: cst.CSTNode,
-                 removable: list[cst.CSTNode], code: str, companions: list[cst.CSTNode] = ()) -> Edit:
+                 removable: list[cst.CSTNode], code: str, companions: list[cst.CSTNode] = (),
+                 restated: dict[cst.CSTNode, cst.CSTNode] | None = None) -> Edit:
+        restated = restated or {}
         anchor, body = self.block_of(root_stmt.node)
         positions = {id(s): i for i, s in enumerate(body)}
         indices = [positions[id(anchor)]]
@@ -875,7 +960,11 @@ class Synthesizer:
                     continue
         original_facts = known_when(guard, True, outer)
         hoisted, run_inside = self._hoistable(run, anchor, removable, kernel_facts, original_facts)
-        rewriter = _Rewriter({root_stmt.node: new_stmt}, set(removable), facts=kernel_facts)
+        # a kept statement that read the scores' metadata reads the query's and key's in the
+        # kernel's branch (the original's keeps its own); after the `if` it does on both paths
+        in_run = {id(n) for stmt in run for n in self._statements_in(stmt)}
+        rewriter = _Rewriter({root_stmt.node: new_stmt, **{k: v for k, v in restated.items() if id(k) in in_run}},
+                             set(removable), facts=kernel_facts)
         column = self.positions[anchor].start.column
         kept = self._branch(run_inside, rewriter)
         if any(_decided_ifs(s, original_facts) for s in run_inside):
@@ -907,8 +996,21 @@ class Synthesizer:
         on_kernel_path = self._branch(list(run_inside), _Rewriter({}, set(), facts=kernel_facts))
         self._check_reads_after(anchor, body, run, on_kernel_path, kept, guard)
         footprint = [(self._footprint(run[0])[0], self._footprint(run[-1])[1])]
+        after = {k: v for k, v in restated.items() if id(k) not in in_run}
+        footprint += [self._footprint(k) for k in after]
         replacement = cst.FlattenSentinel([*hoisted, new_if]) if hoisted else new_if
-        return Edit({}, set(), {run[0]: (replacement, run[1:])}, footprint, code)
+        return Edit(after, set(), {run[0]: (replacement, run[1:])}, footprint, code)
+
+    def _statements_in(self, stmt: cst.CSTNode) -> list[cst.CSTNode]:
+        """`stmt` and the simple statements nested in it."""
+        found = [stmt]
+        for node, _ in self.index.statements:
+            parent = self.index.parents.get(id(node))
+            while parent is not None and parent is not stmt:
+                parent = self.index.parents.get(id(parent))
+            if parent is stmt:
+                found.append(node)
+        return found
 
     def _hoistable(self, run: list, anchor: cst.CSTNode, removable: list, kernel_facts: dict[str, bool],
                    original_facts: dict[str, bool]) -> tuple[list, list]:
@@ -1137,7 +1239,7 @@ class Synthesizer:
                     if text is None:
                         raise SynthesisError(f"cannot find the expression of {operand.name}")
                     return text
-                text = self.source(producer.pos)
+                text = self._source_restated(producer.pos)
                 return text if text.isidentifier() else f"({' '.join(text.split())})"
             return _python_name(operand.name)
         if isinstance(operand, Const):
