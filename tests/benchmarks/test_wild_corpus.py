@@ -76,7 +76,10 @@ def _at_least(result: W.Score, tp: int, fp: int, fn: int, precision: float, reca
 
 def test_precision_and_recall_against_the_labels(scanned, labels):
     _, scans = scanned
-    sites = [s for scan in scans for s in scan.sites]
+    # the figures above were measured on wild1 and wild2; wild3 is held out (scored by the script, and
+    # here guarded by the no-look-alike and compile checks) until its figures are set
+    labels = W.set_labels(labels, "wild1") + W.set_labels(labels, "wild2")
+    sites = [s for scan in scans for s in scan.sites if scan.package.set in ("wild1", "wild2")]
     _at_least(W.score(labels, sites), 119, 0, 15, 1.0, 0.88, "all")
     _at_least(W.score(W.set_labels(labels, "wild1"), W.set_sites(sites, "wild1")), 88, 0, 11, 1.0, 0.88, "wild1")
     _at_least(W.score(W.set_labels(labels, "wild2"), W.set_sites(sites, "wild2")), 31, 0, 4, 1.0, 0.88, "wild2")
