@@ -105,6 +105,24 @@ def _fmt(bench: dict) -> str:
 # Adopter's rewrite (this interpreter, transformers 4.34.1)
 
 
+def _with_sources(package: Path, rel: str) -> list[str]:
+    """`rel` (under the package's models/) and the model files its `# Copied from` marks name."""
+    from engine.synthesize.copies import marked_blocks
+
+    found = [rel]
+    for block in marked_blocks((package / "models" / rel).read_text(encoding="utf-8"), rel):
+        parts = block.source.removeprefix("transformers.").removeprefix("models.").split(".")
+        if parts[0] == "models":
+            parts = parts[1:]
+        for cut in range(len(parts) - 1, 0, -1):
+            candidate = "/".join(parts[:cut]) + ".py"
+            if (package / "models" / candidate).is_file():
+                if candidate not in found:
+                    found.append(candidate)
+                break
+    return found
+
+
 def run_ours(name: str, args) -> dict:
     import transformers
 
@@ -113,9 +131,11 @@ def run_ours(name: str, args) -> dict:
 
     package = Path(transformers.__file__).resolve().parent
     folder = PANEL[name][0]
-    root = package / "models" / folder
+    root = package / "models"
     started = time.monotonic()
-    result = scan_path(root, rules=args.rules, include=[f"modeling_{folder}.py"])
+    # the model's file and the files its `# Copied from` blocks copy (RoBERTa's attention is BERT's,
+    # Whisper's BART's): a copy is rewritten together with its source or not at all
+    result = scan_path(root, rules=args.rules, include=_with_sources(package, f"{folder}/modeling_{folder}.py"))
     sites: dict[str, int] = {}
     near: list[str] = []
     for f in result.findings:

@@ -7,9 +7,10 @@ scanned with the default rules, and the findings are scored against hand-made la
 scored separately as well as together: `wild1`, the first nine (protein, vision, vision-language,
 speech, language), and `wild2`, fourteen more labelled later without looking at the tool's output
 (video, diffusion, medical imaging, multimodal, graph, point cloud, music, detection, weather,
-protein structure, time series), and `wild3`, a held-out set labelled the same way before the tool
-ran on it (speech and speech enhancement: espnet; vision and feature matching: kornia; video:
-pytorchvideo; music source separation: demucs; and others).
+protein structure, time series), and `wild3`, nine libraries held out and labelled the same way before
+the tool ran on them (speech: espnet; feature matching: kornia; video: pytorchvideo; music: demucs;
+NLP: allennlp; dialogue: parlai; vision pretraining: mmpretrain; text-to-image: dalle-pytorch;
+LLM fine-tuning: torchtune).
 
     python benchmarks/wild_corpus.py              # score table, disagreements, compile/idempotence
     python benchmarks/wild_corpus.py --set wild2  # one set only
@@ -125,6 +126,31 @@ PACKAGES: tuple[Package, ...] = (
             ("pytorchvideo/layers/*.py", "pytorchvideo/models/vision_transformers.py"), "wild3"),
     Package("demucs", "demucs", "4.1.0", "music source separation",
             tuple(f"demucs/{m}.py" for m in ("demucs", "hdemucs", "htdemucs", "transformer", "train")), "wild3"),
+    # wild3 (B): labelled by reading the code, by what a correct rewrite could do, before the tool ran on it
+    Package("allennlp", "allennlp", "2.10.1", "NLP", (
+        "allennlp/modules/transformer/*.py", "allennlp/modules/attention/*.py", "allennlp/modules/matrix_attention/*.py",
+        "allennlp/modules/seq2seq_encoders/*.py", "allennlp/modules/layer_norm.py", "allennlp/modules/masked_layer_norm.py",
+        "allennlp/modules/scalar_mix.py", "allennlp/nn/activations.py"), "wild3"),
+    Package("parlai", "parlai", "1.7.2", "dialogue", (
+        "parlai/agents/transformer/modules/*.py", "parlai/agents/seq2seq/modules.py", "parlai/agents/memnn/modules.py",
+        "projects/personality_captions/transresnet/modules.py",
+        "projects/image_chat/transresnet_multimodal/transresnet_multimodal.py"), "wild3"),
+    Package("mmpretrain", "mmpretrain", "1.2.0", "vision (pretraining)",
+            ("mmpretrain/models/utils/attention.py", "mmpretrain/models/utils/norm.py")
+            + tuple(f"mmpretrain/models/backbones/{m}.py" for m in (
+                "davit", "efficientformer", "hivit", "levit", "mixmim", "mvit", "twins", "vit_eva02", "vit_sam", "xcit",
+                "hornet", "resnest"))
+            + tuple(f"mmpretrain/models/multimodal/{m}.py" for m in (
+                "flamingo/modules", "chinese_clip/bert", "ofa/ofa_modules", "blip/language_model", "ram/bert",
+                "blip2/modeling_opt")), "wild3"),
+    Package("dalle-pytorch", "dalle-pytorch", "1.6.6", "text-to-image",
+            ("dalle_pytorch/attention.py", "dalle_pytorch/transformer.py", "dalle_pytorch/dalle_pytorch.py"), "wild3"),
+    Package("torchtune", "torchtune", "0.6.1", "LLM fine-tuning",
+            tuple(f"torchtune/modules/{m}.py" for m in (
+                "attention", "attention_utils", "layer_norm", "rms_norm", "transformer", "feed_forward",
+                "vision_transformer", "_export/attention"))
+            + tuple(f"torchtune/models/{m}.py" for m in (
+                "gemma/rms_norm", "gemma2/_attention", "t5/_encoder", "clip/_text_encoder")), "wild3"),
 )
 SETS: tuple[str, ...] = tuple(dict.fromkeys(p.set for p in PACKAGES))
 

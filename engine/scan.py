@@ -3,6 +3,7 @@ for the command line and the service (no web, database or queue imports here).""
 
 from __future__ import annotations
 
+import ast
 import difflib
 import fnmatch
 from dataclasses import dataclass, field
@@ -143,6 +144,8 @@ def scan_path(root: Path | str, *, rules: str | list[Rule] = "default", include:
     chosen = select_rules(rules) if isinstance(rules, str) else rules
     result = ScanResult(str(root))
     base, paths = _python_files(root, result)
+    modules: dict[str, str] = {}  # dotted module name -> relative path, for `# Copied from` marks
+    marked: dict[str, str] = {}  # relative path -> text, of the files holding such marks
     for index, path in enumerate(paths):
         rel = path.relative_to(base).as_posix()
         if not _included(rel, include, exclude):
@@ -169,7 +172,11 @@ def scan_path(root: Path | str, *, rules: str | list[Rule] = "default", include:
         if "torch" not in text and "nn." not in text:
             result.files_scanned += 1
             continue  # no PyTorch here: nothing any rule could match
-        fm: FileModel = extract_source(text, rel, module_name_for(path))
+        module = module_name_for(path)
+        modules.setdefault(module, rel)
+        if "Copied from" in text:
+            marked[rel] = text
+        fm: FileModel = extract_source(text, rel, module)
         result.files_scanned += 1
         result.diagnostics.extend(fm.diagnostics)
         parsed = LazyParse(text)
@@ -196,4 +203,92 @@ def scan_path(root: Path | str, *, rules: str | list[Rule] = "default", include:
             if new_text != text:
                 result.files[rel] = new_text
                 result.originals[rel] = text
+    if rewrite and marked:
+        _keep_copies_in_step(result, base, modules, marked, styles)
     return result
+
+
+def _keep_copies_in_step(result: ScanResult, base: Path, modules: dict[str, str], marked: dict[str, str],
+                         styles: dict) -> None:
+    """Withdraw the rewrites that would put a `# Copied from` block out of step with its source
+    (engine/synthesize/copies.py), and rewrite those files again without them."""
+    from engine.synthesize import apply_findings, copies, find_style
+    from engine.synthesize.context import module_aliases
+
+    blocks = [b for rel, text in marked.items() for b in copies.marked_blocks(text, rel)]
+    if not blocks:
+        return
+    originals: dict[str, str] = dict(marked)
+
+    def original(rel: str) -> str:
+        if rel not in originals:
+            originals[rel] = result.originals.get(rel) or read_inside(base, rel).decode("utf-8", "replace")
+        return originals[rel]
+
+    for block in blocks:
+        where = copies.resolve(block.source, modules)
+        if where is not None:
+            try:
+                original(where[0])
+            except (UnsafePath, OSError):
+                modules = {m: rel for m, rel in modules.items() if rel != where[0]}
+    def rewrite_again(rel: str, aliases: dict[str, str] | None = None) -> None:
+        kept = [f for f in result.findings if f.file == rel and f.status in ("rewritten", "guarded")]
+        path = base / rel
+        style = styles.get(path.parent)
+        if style is None:
+            style = styles[path.parent] = find_style(path.parent)
+        text = originals[rel]
+        new_text = apply_findings(text, kept, style, aliases=aliases) if kept else text  # type: ignore[arg-type]
+        if new_text != text:
+            result.files[rel] = new_text
+            result.originals[rel] = text
+        else:
+            result.files.pop(rel, None)
+            result.originals.pop(rel, None)
+
+    aligned: set[str] = set()
+    for _ in range(8):  # withdrawing one rewrite may put another pair out of step
+        current = {rel: result.files.get(rel, text) for rel, text in originals.items()}
+        problems = copies.disagreements(blocks, modules, originals, current)
+        # a copy first spells the kernel as its source's file does (`nn.functional.` where the
+        # source has no `F`): the same rewrite, written alike
+        respell = {p.block.file: p.source[0] for p in problems
+                   if p.source is not None and p.block.file not in aligned and p.block.file in result.files}
+        if respell:
+            for rel, source in respell.items():
+                aligned.add(rel)
+                rewrite_again(rel, module_aliases(ast.parse(original(source))))
+            continue
+        # then as the project's own `make fix-copies` would: the copy becomes its source's new code
+        # after the mark's replacements (a comment the longer name no longer fits stays one line)
+        followed = False
+        for problem in problems:
+            if problem.source is None or problem.block.file not in result.files:
+                continue
+            source_text = result.files.get(problem.source[0])
+            raw = copies.raw_block(source_text, problem.source[1]) if source_text is not None else None
+            new_text = copies.propagated(result.files[problem.block.file], problem.block, raw) if raw else None
+            if new_text is not None and new_text != result.files[problem.block.file]:
+                result.files[problem.block.file] = new_text
+                followed = True
+        if followed:
+            continue
+        touched: set[str] = set()
+        for problem in problems:
+            places = [(problem.block.file, problem.block.name)] + ([problem.source] if problem.source else [])
+            for file, name in places:
+                span = copies.block_span(originals[file], name)
+                if span is None:
+                    continue
+                for f in result.findings:
+                    if f.file != file or f.status not in ("rewritten", "guarded"):
+                        continue
+                    lines = [f.line, f.end_line, *(p.line for p in f.related)]
+                    if any(span[0] <= line <= span[1] for line in lines):
+                        f.status, f.reason = "near-miss", f"not rewritten: {problem.reason}"
+                        touched.add(file)
+        if not touched:
+            return
+        for rel in touched:
+            rewrite_again(rel)

@@ -536,6 +536,10 @@ class ShapeFacts:
         start = _int(node.inputs[1] if len(node.inputs) > 1 else node.kwarg("start_dim", Const(0)))
         end = _int(node.inputs[2] if len(node.inputs) > 2 else node.kwarg("end_dim", Const(-1)))
         shape = self.shape(node.inputs[0])
+        if start is not None and start >= 0 and end == -1 and (shape is None or not shape.exact):
+            # `x.flatten(start_dim=2)`: the axes from `start` on become one, whatever the rank was,
+            # so the result has start + 1 axes (those before `start` known only where the input's are)
+            return Shape(tuple(fresh() for _ in range(start)) + (fresh(),), True)
         if start is None or end is None or shape is None:
             return None
         i, j = shape.position(start), shape.position(end)

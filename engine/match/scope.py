@@ -342,12 +342,6 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding | N
                     # statement of its own that computes that argument goes too
                     finding.companions.extend(c for c in companions if c not in finding.companions)
                     continue
-                restated = _restatement(use, scores, ix) if not rule.detect_only else None
-                if restated is not None:
-                    # `torch.eye(dots.shape[-1], device=dots.device)`: the kept statement reads the
-                    # key's length and the query's device instead (synthesis writes them)
-                    finding.restated.append(restated)
-                    continue
                 check = _shape_check(use, ix)
                 if check is not None:
                     # `if attn_weights.size() != (...): raise ValueError(...)`: a validation of an
@@ -369,6 +363,12 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding | N
                 where = f"line {use.pos.line}" if use.pos else "a merge"
                 what = "returned" if use.kind == "return" else "stored" if use.kind == "store" else f"used by `{use.op}`"
                 if not extra:
+                    restated = _restatement(use, scores, ix) if not rule.detect_only else None
+                    if restated is not None:
+                        # `torch.eye(dots.shape[-1], device=dots.device)` where the kernel runs: the
+                        # kept statement reads the key's length and the query's device instead
+                        finding.restated.append(restated)
+                        continue
                     helper = ""
                     if use.kind == "return" and not use.via and not match.method.name.startswith("forward") \
                             and match.method.name != "__call__":
@@ -625,10 +625,24 @@ def _fullness(m: Match) -> tuple:
     return (m.pattern is None or m.pattern.near_miss is None, len(m.nodes), -len(m.extra_conditions))
 
 
+def _in_helper_of(small: Finding, large: Finding) -> bool:
+    """`small` is a rewritable match of a helper's own body that `large` inlines at a call, with the
+    root of `large` in the caller."""
+    if small.status not in ("rewritten", "guarded") or small.match is None or large.match is None:
+        return False
+    inner, outer = small.match, large.match
+    return not inner.root.via and not outer.root.via and inner.method is not outer.method \
+        and any(n.via for n in outer.nodes.values()) and inner.rule.id == outer.rule.id
+
+
 def _drop_contained(results: list[Finding]) -> list[Finding]:
     """A finding whose locations lie strictly inside another's is the same place seen by a shorter
     pattern (a norm without its bias add): keep the larger, unless the larger is only a near-miss
-    and the smaller is one a rewrite can use — then the near-miss goes (the place is served)."""
+    and the smaller is one a rewrite can use — then the near-miss goes (the place is served).
+    Also unless the larger spans a helper and its caller (Gemma's `output = self._norm(x.float())`,
+    then `output * (1.0 + self.scale)`) and the smaller is the helper's own rewritable match: the
+    helper is rewritten where it is written, for every caller, rather than at one call with the
+    helper left behind as manual code (which a scan after `--apply` would then rewrite anyway)."""
     keys = [frozenset((p.file, p.line, p.col, p.end_line, p.end_col) for p in f.locations) for f in results]
     keep = []
     for i, f in enumerate(results):
@@ -636,7 +650,11 @@ def _drop_contained(results: list[Finding]) -> list[Finding]:
         for j, other in enumerate(results):
             if i == j:
                 continue
-            if keys[i] < keys[j] and (other.status != "near-miss" or f.status == "near-miss"):
+            if keys[i] < keys[j] and _in_helper_of(f, other):
+                continue
+            if keys[j] < keys[i] and _in_helper_of(other, f):
+                redundant = True  # the helper's own rewrite serves this call
+            elif keys[i] < keys[j] and (other.status != "near-miss" or f.status == "near-miss"):
                 redundant = True  # a larger finding covers this place
             elif keys[j] < keys[i] and f.status == "near-miss" and other.status != "near-miss":
                 redundant = True  # a rewrite of part of this place is made; the look-alike is noise

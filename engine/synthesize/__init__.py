@@ -131,9 +131,12 @@ def _compiles(code: str, path: str) -> bool:
     return True
 
 
-def apply_findings(text: str, findings: list[Finding], style: Style | None = None, parsed=None) -> str:
+def apply_findings(text: str, findings: list[Finding], style: Style | None = None, parsed=None,
+                   aliases: dict[str, str] | None = None) -> str:
     """`text` with `findings` rewritten (see the module's docstring). `parsed`: the caller's `ast`
-    parse of `text` made on first use (`engine.match.fused.LazyParse`), where it has one."""
+    parse of `text` made on first use (`engine.match.fused.LazyParse`), where it has one.
+    `aliases`: where given, the file's import aliases are used only where they agree with these
+    (a `# Copied from` block spells names as its source's file does)."""
     from engine.extract import extract_source
     from engine.match import find
     from engine.match.fused import LazyParse, mark_already_fused
@@ -149,7 +152,10 @@ def apply_findings(text: str, findings: list[Finding], style: Style | None = Non
     # was not parsed whole already)
     tree = parsed() if parsed is not None and parsed.made else \
         _outline(text, file) or (parsed or LazyParse(text))()
-    state = _File(text, FileContext.of(tree, text, style))
+    context = FileContext.of(tree, text, style)
+    if aliases is not None:
+        context.aliases = {name: local for name, local in context.aliases.items() if aliases.get(name) == local}
+    state = _File(text, context)
     moved = _LineMap()
     for round_number in range(MAX_ROUNDS):
         lines = text.splitlines(keepends=True)

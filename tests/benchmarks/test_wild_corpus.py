@@ -1,5 +1,5 @@
 """The default rules on model code from outside the transformers corpus (benchmarks/wild_corpus.py):
-two sets of libraries at pinned versions (wild1: nine, wild2: fourteen), scored against labels read
+sets of libraries at pinned versions (wild1: nine, wild2: fourteen, wild3: labelled later), scored against labels read
 from the code by what a correct rewrite could do, not by what the rules can do today.
 
 The figures below are a ratchet, a regression guard set to what today's engine reaches on those
@@ -24,6 +24,9 @@ cannot be (video-diffusion: q reassigned by a rotary embedding after its scale)
     norms  TP 15   FP 0  FN 5    P 1.000  R 0.750  (layer-norm and rms-norm)
 
 (first labelled, before any of that: P 0.800, R 0.567)
+
+wild3 (allennlp, parlai, mmpretrain, dalle-pytorch, torchtune so far), labelled before the tool ran
+on it, has its own figures: on 2026-12-02 TP 29  FP 0  FN 16   P 1.000  R 0.644.
 
 No look-alike is rewritten. Raise the figures when the engine improves; never lower them to
 let a change through. Every rewritten file must also compile and be left alone by a second scan."""
@@ -76,18 +79,20 @@ def _at_least(result: W.Score, tp: int, fp: int, fn: int, precision: float, reca
 
 def test_precision_and_recall_against_the_labels(scanned, labels):
     _, scans = scanned
-    # the figures above were measured on wild1 and wild2; wild3 is held out (scored by the script, and
-    # here guarded by the no-look-alike and compile checks) until its figures are set
+    every_site = [s for scan in scans for s in scan.sites]
+    # the figures below were set on wild1 and wild2; wild3, labelled later, has a ratchet of its own
+    wild3 = W.score(W.set_labels(labels, "wild3"), W.set_sites(every_site, "wild3"))
+    _at_least(wild3, 43, 0, 35, 1.0, 0.55, "wild3")
     labels = W.set_labels(labels, "wild1") + W.set_labels(labels, "wild2")
-    sites = [s for scan in scans for s in scan.sites if scan.package.set in ("wild1", "wild2")]
-    _at_least(W.score(labels, sites), 119, 0, 15, 1.0, 0.88, "all")
-    _at_least(W.score(W.set_labels(labels, "wild1"), W.set_sites(sites, "wild1")), 88, 0, 11, 1.0, 0.88, "wild1")
-    _at_least(W.score(W.set_labels(labels, "wild2"), W.set_sites(sites, "wild2")), 31, 0, 4, 1.0, 0.88, "wild2")
+    sites = W.set_sites(every_site, "wild1") + W.set_sites(every_site, "wild2")
+    _at_least(W.score(labels, sites), 125, 0, 7, 1.0, 0.94, "all")
+    _at_least(W.score(W.set_labels(labels, "wild1"), W.set_sites(sites, "wild1")), 93, 0, 4, 1.0, 0.95, "wild1")
+    _at_least(W.score(W.set_labels(labels, "wild2"), W.set_sites(sites, "wild2")), 32, 0, 3, 1.0, 0.91, "wild2")
     sdpa = W.score([lb for lb in labels if lb.rule == "sdpa-attention"], [s for s in sites if s.rule == "sdpa-attention"])
-    _at_least(sdpa, 97, 0, 10, 1.0, 0.90, "sdpa-attention")
+    _at_least(sdpa, 101, 0, 4, 1.0, 0.96, "sdpa-attention")
     norm_rules = {"layer-norm", "rms-norm"}
     norms = W.score([lb for lb in labels if lb.rule in norm_rules], [s for s in sites if s.rule in norm_rules])
-    _at_least(norms, 15, 0, 5, 1.0, 0.75, "norms")
+    _at_least(norms, 17, 0, 3, 1.0, 0.85, "norms")
 
 
 def test_no_look_alike_is_rewritten(scanned, labels):
