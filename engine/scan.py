@@ -181,6 +181,7 @@ def scan_path(root: Path | str, *, rules: str | list[Rule] = "default", include:
         result.diagnostics.extend(fm.diagnostics)
         parsed = LazyParse(text)
         findings = _find(fm, text, chosen, parsed)
+        known_settings: dict[str, dict] = {}  # class -> its settings' defaults (engine/synthesize/defaults.py)
         result.findings.extend(findings)
         for f in findings:
             requires = f.match.rule.requires if f.match is not None else ()
@@ -191,12 +192,15 @@ def scan_path(root: Path | str, *, rules: str | list[Rule] = "default", include:
                 f.status, f.reason = "near-miss", f"not rewritten: {refused}"
             else:
                 f.message = f"{f.message} (needs {', '.join(requires)})"
+        _never_runs(findings, path, text, known_settings)
         if rewrite and any(f.status in ("rewritten", "guarded") for f in findings):
             try:
                 style = styles.get(path.parent)
                 if style is None:
                     style = styles[path.parent] = find_style(path.parent)
                 new_text = apply_findings(text, findings, style, parsed=parsed)  # type: ignore[arg-type]
+                if _never_runs(findings, path, text, known_settings):  # synthesis chose another match, whose guard does
+                    new_text = apply_findings(text, findings, style)  # type: ignore[arg-type]
             except Exception as exc:  # a synthesis bug must not lose the scan
                 result.diagnostics.append(Diagnostic(rel, 0, f"rewrite failed and was skipped: {exc}", "error"))
                 continue
@@ -206,6 +210,26 @@ def scan_path(root: Path | str, *, rules: str | list[Rule] = "default", include:
     if rewrite and marked:
         _keep_copies_in_step(result, base, modules, marked, styles)
     return result
+
+
+def _never_runs(findings: list[Finding], path: Path, text: str, known: dict[str, dict]) -> bool:
+    """Report the guarded findings whose guard holds with the class's default settings
+    (engine/synthesize/defaults.py): the kernel would never run. Whether there was one."""
+    from engine.synthesize import defaults
+
+    found = False
+    for f in findings:
+        if f.status != "guarded" or not f.guard_text or "self." not in f.guard_text:
+            continue
+        if f.cls not in known:
+            known[f.cls] = defaults.settings(path, text, f.cls)
+        if defaults.holds_by_default(f.guard_text, known[f.cls]):
+            f.status = "near-miss"
+            f.reason = (f"not rewritten: the original is kept when `{f.guard_text}`, which holds with the "
+                        f"default settings ({defaults.default_terms(f.guard_text, known[f.cls])}): "
+                        "the kernel would never run")
+            found = True
+    return found
 
 
 def _keep_copies_in_step(result: ScanResult, base: Path, modules: dict[str, str], marked: dict[str, str],

@@ -1,0 +1,75 @@
+"""A guarded rewrite whose guard holds in the model's default configuration would add a kernel
+branch that never runs (VITS keeps its original attention when `self.window_size is not None`, and
+`window_size` is 4 by default): it is reported with the defaults it read, and not rewritten."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from engine.scan import scan_path
+from engine.synthesize import defaults
+
+CONFIG = '''
+class ToyConfig:
+    def __init__(self, hidden_size=16, window_size=4, use_bias=False):
+        self.hidden_size = hidden_size
+        self.window_size = window_size
+        self.use_bias = use_bias
+'''
+
+MODELING = '''
+import torch
+from torch import nn
+
+from .configuration_toy import ToyConfig
+
+
+class ToyAttention(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.window_size = config.window_size
+        self.scale = 0.125
+
+    def forward(self, q, k, v):
+        w = torch.matmul(q, k.transpose(-1, -2)) * self.scale
+        p = w.softmax(dim=-1)
+        out = torch.matmul(p, v)
+        if self.window_size is not None:
+            out = out + p.mean()
+        return out
+'''
+
+
+def _repo(tmp_path: Path, config: str) -> Path:
+    pkg = tmp_path / "toy"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "configuration_toy.py").write_text(config)
+    (pkg / "modeling_toy.py").write_text(MODELING)
+    return tmp_path
+
+
+def test_a_guard_that_holds_by_default_is_reported_not_rewritten(tmp_path):
+    result = scan_path(_repo(tmp_path, CONFIG), rules="sdpa-attention")
+    [finding] = [f for f in result.findings if f.rule_id == "sdpa-attention"]
+    assert finding.status == "near-miss"
+    assert "self.window_size is not None" in finding.reason and "window_size=4" in finding.reason
+    assert "never run" in finding.reason
+    assert result.files == {}
+
+
+def test_a_guard_that_fails_by_default_keeps_the_guarded_rewrite(tmp_path):
+    result = scan_path(_repo(tmp_path, CONFIG.replace("window_size=4", "window_size=None")), rules="sdpa-attention")
+    [finding] = [f for f in result.findings if f.rule_id == "sdpa-attention"]
+    assert finding.status == "guarded", finding.reason
+    assert "toy/modeling_toy.py" in result.files
+
+
+def test_defaults_are_read_from_init_and_unknown_terms_decide_nothing():
+    text = MODELING.replace("self.scale = 0.125", "self.scale = 0.125\n        self.flag = True")
+    known = defaults.settings(Path("modeling_toy.py"), text, "ToyAttention")
+    assert known == {"scale": 0.125, "flag": True}  # no configuration file beside it: window_size unknown
+    assert defaults.holds_by_default("output_attentions or self.flag", known)
+    assert not defaults.holds_by_default("output_attentions or not self.flag", known)
+    assert not defaults.holds_by_default("output_attentions or self.window_size is not None", known)
+    assert defaults.holds_by_default("self.scale == 0.125", known)
