@@ -509,3 +509,56 @@ def _fused_where_params_live(match: Match, ix: MethodIndex) -> str | None:
 
 
 CHECKS["fused_where_params_live"] = _fused_where_params_live
+
+
+def _view_sizes(node) -> tuple | None:
+    """The sizes a `.view`/`.reshape` call names, one operand each (None for `view(shape)`)."""
+    sizes = node.inputs[1:]
+    if len(sizes) == 1 and isinstance(sizes[0], Seq):
+        sizes = sizes[0].items
+    if not sizes or any(isinstance(s, Seq) or (isinstance(s, Sym) and s.text.startswith("*")) for s in sizes):
+        return None
+    return tuple(sizes)
+
+
+def _same_size(a, b) -> bool:
+    return a == b or (isinstance(a, Sym) and isinstance(b, Sym) and a.text.replace(" ", "") == b.text.replace(" ", ""))
+
+
+def _mask_view_round_trip(match: Match, ix: MethodIndex) -> str | None:
+    """A mask added through a view round trip (BART, OPT: `w.view(bsz, heads, tgt, src) + mask`,
+    then `.view(bsz * heads, tgt, src)`): the first view splits the 3-D scores' batch axis in two
+    and keeps the others, the second merges them back, and both products are `torch.bmm` (whose
+    batch axes must be equal, so the scores' batch axis is the split one's product). The kernel then
+    takes the operands viewed the same way (`q.unflatten(0, (bsz, heads))`) and the mask as it is."""
+    split, merge = match.nodes.get("sv"), match.nodes.get("s2u")
+    if split is None and merge is None:
+        return None
+    if split is None or merge is None or "s2" not in match.nodes:
+        return "the scores are viewed to another shape and not back around a mask"
+    outer, inner = _view_sizes(split), _view_sizes(merge)
+    if outer is None or inner is None:
+        return "the scores' views do not name their sizes"
+    products = [match.nodes.get(k) for k in ("s0", "out")]
+    if any(p is None or p.target not in _BATCHED_3D for p in products) or len(outer) != 4 or len(inner) != 3:
+        return "the mask is added through a view of the scores; only the 3-D scores of torch.bmm split into 4-D are covered"
+    if any(isinstance(o, Var) and re.fullmatch(r"_t\d+", o.name) for o in outer[:2]):
+        return "the scores' view splits their batch axis by sizes computed inline"
+    if not all(_same_size(a, b) for a, b in zip(outer[2:], inner[1:], strict=True)):
+        return "the scores' views do not split and merge the same axes"
+    first = inner[0]
+    merged = isinstance(first, Const) and first.value == -1
+    if isinstance(first, Sym):
+        a, b = (getattr(o, "text", repr(getattr(o, "value", o))) for o in outer[:2])
+        merged = first.text.replace(" ", "") in (f"{a}*{b}".replace(" ", ""), f"{b}*{a}".replace(" ", ""))
+    elif isinstance(first, Var):
+        node = ix.defs.get(first.name)
+        merged = node is not None and node.op in ("mul", "scale") and len(node.inputs) == 2 and \
+            {str(node.inputs[0]), str(node.inputs[1])} == {str(outer[0]), str(outer[1])}
+    if not merged:
+        return "the second view of the scores does not merge the two axes the first one split"
+    return None
+
+
+CHECKS["mask_view_round_trip"] = _mask_view_round_trip
+

@@ -42,7 +42,7 @@ from collections.abc import Callable
 
 from engine.analysis.shapes import ShapeFacts
 from engine.dsl import canonical as C
-from engine.dsl.ir import Const, Node, Operand, Var
+from engine.dsl.ir import Const, Node, Operand, Seq, Var
 from engine.match.matcher import Match
 
 _SWAP = ".transpose(-2, -1)"
@@ -372,6 +372,16 @@ def _kernel_call(code: str, kernel: str) -> ast.Call | None:
     return None
 
 
+def _size_text(size: Operand) -> str:
+    """A view's size operand as the code wrote it (a name, an attribute, a number)."""
+    if isinstance(size, Const):
+        return repr(size.value)
+    if isinstance(size, Var):
+        return size.name.split(".", 1)[0]
+    text = getattr(size, "text", str(size))
+    return text if re.fullmatch(r"[\w.]+", text) else f"({text})"
+
+
 def _four_d(match: Match, code: str) -> str:
     """The kernel call in `code` given 4-D operands where its products are proven 3-D or flattenable
     5-D, and its result viewed back (see the module's docstring); else `code` as it is."""
@@ -384,7 +394,15 @@ def _four_d(match: Match, code: str) -> str:
     spans = [(_offset(code, a.lineno, a.col_offset), _offset(code, a.end_lineno or a.lineno, a.end_col_offset or 0))
              for a in call.args[:3]]
     operands = [code[start:end] for start, end in spans]
-    if rank == 3:
+    split = match.nodes.get("sv")
+    if rank == 3 and split is not None:
+        # the mask was added to the scores viewed (bsz, heads, tgt, src): the operands are viewed
+        # the same way and the mask taken as it is (constraints `mask_view_round_trip`)
+        sizes = split.inputs[1:]
+        if len(sizes) == 1 and isinstance(sizes[0], Seq):
+            sizes = sizes[0].items
+        into, back = f".unflatten(0, ({_size_text(sizes[0])}, {_size_text(sizes[1])}))", ".flatten(0, 1)"
+    elif rank == 3:
         into, back = ".unsqueeze(0)", ".squeeze(0)"
     else:
         named = next((text for text in operands if re.fullmatch(r"[A-Za-z_][\w.]*", text)), None)
@@ -393,7 +411,7 @@ def _four_d(match: Match, code: str) -> str:
         into, back = ".flatten(0, 1)", f".unflatten(0, {named}.shape[:2])"
     views = [(span, _atom(text) + into) for span, text in zip(spans, operands, strict=True)]
     mask = next((k.value for k in call.keywords if k.arg == "attn_mask"), None)
-    if mask is not None and _mask_rank(match, facts) == 3 and not match.optional & set(_bound_masks(match)):
+    if mask is not None and split is None and _mask_rank(match, facts) == 3 and not match.optional & set(_bound_masks(match)):
         # the fused kernels take a 2-D or 4-D mask: a 3-D one gains the leading axis of 1 too
         span = (_offset(code, mask.lineno, mask.col_offset), _offset(code, mask.end_lineno or mask.lineno,
                                                                        mask.end_col_offset or 0))

@@ -199,3 +199,65 @@ def test_5d_attention_without_shared_leading_axes_is_not_flattened():
     verification, whose eligibility check the kernel's 5-D call fails, decides."""
     new = _rewrite(GROUPED_INPUTS)
     assert "flatten" not in new and "unsqueeze" not in new
+
+
+# BART's mask add: the 3-D scores viewed (bsz, heads, tgt, src), the 4-D mask added, viewed back;
+# the mask only when given (the kernel takes it as None otherwise)
+BART_MASKED = HEADER + '''
+class BartLike(nn.Module):
+    def __init__(self, dim=16, heads=2):
+        super().__init__()
+        self.num_heads = heads
+        self.head_dim = dim // heads
+        self.scaling = self.head_dim ** -0.5
+        self.q_proj = nn.Linear(dim, dim)
+        self.k_proj = nn.Linear(dim, dim)
+        self.v_proj = nn.Linear(dim, dim)
+
+    def forward(self, x, attention_mask=None):
+        bsz, tgt_len, _ = x.shape
+        proj_shape = (bsz * self.num_heads, -1, self.head_dim)
+        q = (self.q_proj(x) * self.scaling).view(bsz, tgt_len, self.num_heads, self.head_dim).transpose(1, 2)
+        q = q.reshape(*proj_shape)
+        k = self.k_proj(x).view(bsz, tgt_len, self.num_heads, self.head_dim).transpose(1, 2).reshape(*proj_shape)
+        v = self.v_proj(x).view(bsz, tgt_len, self.num_heads, self.head_dim).transpose(1, 2).reshape(*proj_shape)
+        src_len = k.size(1)
+        attn_weights = torch.bmm(q, k.transpose(1, 2))
+        if attention_mask is not None:
+            attn_weights = attn_weights.view(bsz, self.num_heads, tgt_len, src_len) + attention_mask
+            attn_weights = attn_weights.view(bsz * self.num_heads, tgt_len, src_len)
+        attn_weights = F.softmax(attn_weights, dim=-1)
+        out = torch.bmm(attn_weights, v)
+        return out.view(bsz, self.num_heads, tgt_len, self.head_dim).transpose(1, 2).reshape(bsz, tgt_len, -1)
+'''
+
+
+def test_a_mask_added_through_a_view_round_trip_gives_the_kernel_4d_views():
+    findings, new = scan_source(BART_MASKED, select_rules("sdpa-attention"), "case.py", "case")
+    assert [f.status for f in findings] == ["rewritten"], [(f.status, f.reason) for f in findings]
+    assert "q.unflatten(0, (bsz, self.num_heads))" in new and "attn_mask=attention_mask" in new
+    assert ").flatten(0, 1)" in new and "attn_weights" not in new
+    a, b = _modules(BART_MASKED, new, "BartLike")
+    bsz, n = 3, 5
+    x = torch.randn(bsz, n, 16, dtype=torch.float64)
+    lowest = torch.finfo(torch.float64).min
+    padding = torch.zeros(bsz, 1, n, n, dtype=torch.float64)
+    padding[0, :, :, -2:] = lowest
+    padding[1] = lowest  # a sample with every key masked: both average v
+    causal = torch.full((n, n), lowest, dtype=torch.float64).triu(1)[None, None].expand(bsz, 1, n, n)
+    for mask in (None, padding, causal + padding):
+        torch.testing.assert_close(b(x, mask), a(x, mask), rtol=1e-10, atol=1e-12)
+    xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+    a(xa, causal).sum().backward()
+    b(xb, causal).sum().backward()
+    torch.testing.assert_close(xb.grad, xa.grad, rtol=1e-10, atol=1e-12)
+    _flash_only(b.float(), x.float(), causal.float())
+    _flash_only(b.float(), x.float())
+
+
+def test_a_view_that_does_not_merge_back_is_a_near_miss():
+    broken = BART_MASKED.replace("attn_weights.view(bsz * self.num_heads, tgt_len, src_len)",
+                                 "attn_weights.view(bsz, self.num_heads * tgt_len, src_len)")
+    findings, new = scan_source(broken, select_rules("sdpa-attention"), "case.py", "case")
+    assert new == broken or "unflatten" not in new
+    assert any(f.reason and "view" in f.reason for f in findings), [(f.status, f.reason) for f in findings]
