@@ -582,6 +582,9 @@ def _find_rule(rule: Rule, indexes: list[MethodIndex], near_misses: bool) -> lis
     return results
 
 
+_VIEW_STEPS = ("sv", "s2u")  # the views around a mask add (constraints `mask_view_round_trip`)
+
+
 def _least_guarded(best: Match, ix: MethodIndex, group: list[Match]) -> Finding | None:
     """The finding of the fullest match of a root. Where that one sums two additive masks and so
     needs a guard (a None on either's path is no pass-through), the fullest match with one mask is
@@ -591,6 +594,14 @@ def _least_guarded(best: Match, ix: MethodIndex, group: list[Match]) -> Finding 
     fullest first, for synthesis to fall back on (`fallback`)."""
     finding = analyse(best, ix, group)
     chosen = best
+    if finding is not None and finding.status == "near-miss" and any(k in best.nodes for k in _VIEW_STEPS):
+        # a mask added through views the kernel cannot take (a 5-D window view of 4-D scores): the
+        # match without those steps keeps the original where the mask is added, as before
+        plain = [m for m in group if not any(k in m.nodes for k in _VIEW_STEPS)]
+        if plain:
+            candidate = analyse(max(plain, key=_fullness), ix, group)
+            if candidate is not None and candidate.status in ("rewritten", "guarded"):
+                finding, chosen = candidate, max(plain, key=_fullness)
     if finding is not None and finding.status == "guarded" and all(name in best.bindings for name in _SUMMED):
         single = [m for m in group if m is not best and not all(name in m.bindings for name in _SUMMED)]
         if single:
