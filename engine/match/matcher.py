@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from engine.analysis.shapes import ShapeFacts
+from engine.analysis.shapes import CASTS, ShapeFacts
 from engine.dsl import canonical as C
 from engine.dsl.ir import (
     ClassModel,
@@ -46,6 +46,8 @@ from engine.dsl.ir import (
 from engine.match.rule import OpAlt, PArg, Pattern, PStmt, Rule
 
 MAX_ATTEMPTS_PER_ROOT = 2000  # bound on backtracking per root node (reported when hit)
+# key prefix of a matched identity cast (no pattern statement of its own; `_Matcher.producers`)
+CAST_KEY = "~cast:"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -632,6 +634,14 @@ class _Matcher:
             node = self.ix.defs.get(node.inputs[0].name)
             depth += 1
         if node is None:
+            return
+        if node.kind == "op" and node.op in CASTS and id(node) not in state.used and self.ix.shapes.identity_cast(node):
+            # a cast to the dtype the value has already (`rsqrt(var + eps).type(x.dtype)` of x's own
+            # statistics) is the value itself: it goes with the match
+            s = state.copy()
+            s.nodes[f"{CAST_KEY}{node.outputs[0]}"] = node
+            s.used.add(id(node))
+            yield from self.producers(node.inputs[0], s)
             return
         if node.kind == "phi":
             cid_operand = node.kwarg("if")

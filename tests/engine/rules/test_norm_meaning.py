@@ -1,0 +1,130 @@
+"""Norms recognised by what the code means (issue 10): statistics over an axis an attribute holds
+(`self.dim`, proven an integer at every construction in the file), a cast of a value to the dtype it
+already has (no cast at all). Each rewrite is run beside the original in float64, forward and
+gradients (the input's and the parameters'), so any difference is a semantic one."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.scan import scan_source, select_rules
+
+torch = pytest.importorskip("torch")
+
+pytestmark = pytest.mark.torch
+
+# imagen-pytorch's LayerNorm: over self.dim (-1, or -3 through the partial), the dtype-dependent eps,
+# rsqrt cast to x's own dtype, the weight cast too, an optional division by the detached amax
+ATTRIBUTE_AXIS_LAYER_NORM = '''
+from functools import partial
+
+import torch
+from torch import nn
+
+
+class LayerNorm(nn.Module):
+    def __init__(self, feats, stable=False, dim=-1):
+        super().__init__()
+        self.stable = stable
+        self.dim = dim
+        self.g = nn.Parameter(torch.rand(feats, *((1,) * (-dim - 1)), dtype=torch.float64) + 0.5)
+
+    def forward(self, x):
+        dtype, dim = x.dtype, self.dim
+
+        if self.stable:
+            x = x / x.amax(dim=dim, keepdim=True).detach()
+
+        eps = 1e-5 if x.dtype == torch.float32 else 1e-3
+        var = torch.var(x, dim=dim, unbiased=False, keepdim=True)
+        mean = torch.mean(x, dim=dim, keepdim=True)
+
+        return (x - mean) * (var + eps).rsqrt().type(dtype) * self.g.type(dtype)
+
+
+ChanLayerNorm = partial(LayerNorm, dim=-3)
+'''
+
+# RMSNorm over self.dim, the same proof of the attribute
+ATTRIBUTE_AXIS_RMS_NORM = '''
+import torch
+from torch import nn
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, feats, dim=1):
+        super().__init__()
+        self.dim = dim
+        self.g = nn.Parameter(torch.rand(feats, 1, 1, dtype=torch.float64) + 0.5)
+
+    def forward(self, x):
+        ms = x.pow(2).mean(self.dim, keepdim=True)
+        return x * torch.rsqrt(ms + 1e-6) * self.g
+
+
+def make(feats):
+    return RMSNorm(feats, dim=-3)
+'''
+
+CASES = {
+    # name: (source, class, constructor arguments, input shape, rule, text the rewrite must contain)
+    "layer norm over self.dim = -1": (ATTRIBUTE_AXIS_LAYER_NORM, "LayerNorm", (6,), (2, 3, 6), "layer-norm",
+                                      "layer_norm(x.movedim(dim,-1),(x.shape[dim],),eps=eps).movedim(-1,dim)"),
+    "layer norm over self.dim = -1, stable": (ATTRIBUTE_AXIS_LAYER_NORM, "LayerNorm", (6, True), (2, 3, 6),
+                                              "layer-norm", "movedim(-1,dim)*self.g.type(dtype)"),
+    "channel layer norm over self.dim = -3": (ATTRIBUTE_AXIS_LAYER_NORM, "ChanLayerNorm", (5,), (2, 5, 3, 4),
+                                              "layer-norm", "movedim(-1,dim)*self.g.type(dtype)"),
+    "channel layer norm over self.dim = -3, stable": (ATTRIBUTE_AXIS_LAYER_NORM, "ChanLayerNorm", (5, True),
+                                                      (2, 5, 3, 4), "layer-norm", "movedim(-1,dim)"),
+    "rms norm over self.dim = 1": (ATTRIBUTE_AXIS_RMS_NORM, "RMSNorm", (5,), (2, 5, 3, 4), "rms-norm",
+                                   "self.g*nn.functional.rms_norm(x.movedim(self.dim,-1),(x.shape[self.dim],),"
+                                   "eps=1e-06).movedim(-1,self.dim)"),
+}
+
+
+def _run(text: str, name: str, args: tuple, shape: tuple):
+    namespace: dict = {}
+    exec(compile(text, "<case>", "exec"), namespace)  # noqa: S102 - sources written in this file
+    torch.manual_seed(0)
+    module = namespace[name](*args)
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64, requires_grad=True)
+    out = module(x * 3 + 2)
+    weights = torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view(out.shape)
+    inputs = (x, *[p for p in module.parameters()])
+    return out.detach(), torch.autograd.grad((out * weights).sum(), inputs)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_norm_by_meaning_is_rewritten_and_computes_the_same(case):
+    source, name, args, shape, rule, expected = CASES[case]
+    findings, new = scan_source(source, select_rules("layer-norm,rms-norm"), "case.py", "case")
+    applied = [(f.rule_id, f.status) for f in findings if f.status != "near-miss"]
+    assert applied == [(rule, "rewritten")], [(f.rule_id, f.status, f.reason) for f in findings]
+    flat = "".join(new.split())
+    assert expected in flat, new
+    want, want_grads = _run(source, name, args, shape)
+    got, got_grads = _run(new, name, args, shape)
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-11, msg=lambda m: f"{case}: {m}\n{new}")
+    for a, b in zip(got_grads, want_grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-10, msg=lambda m: f"{case} grads: {m}\n{new}")
+
+
+@pytest.mark.parametrize("edit", [
+    ("ChanLayerNorm = partial(LayerNorm, dim=-3)", "ChanLayerNorm = partial(LayerNorm, dim=(-2, -1))"),  # two axes
+    ("ChanLayerNorm = partial(LayerNorm, dim=-3)", "def make(d, axis):\n    return LayerNorm(d, dim=axis)"),
+    ("        self.dim = dim\n", "        self.dim = dim\n        if stable:\n            self.dim = -1\n"),
+])
+def test_an_attribute_axis_not_proven_an_integer_is_a_near_miss(edit):
+    source = ATTRIBUTE_AXIS_LAYER_NORM.replace(*edit)
+    findings, new = scan_source(source, select_rules("layer-norm"), "case.py", "case")
+    assert new == source
+    assert [f.reason for f in findings] == [
+        "the statistics are over `self.dim`, not proven to hold one integer axis (set once in `__init__`, an "
+        "integer literal at every construction in the file)"], [(f.status, f.reason) for f in findings]
+
+
+def test_a_cast_to_another_dtype_is_no_identity():
+    # the weight cast to float32 while x may be of another dtype: rsqrt(...).float() is a real cast
+    source = ATTRIBUTE_AXIS_LAYER_NORM.replace(".rsqrt().type(dtype)", ".rsqrt().float()")
+    findings, new = scan_source(source, select_rules("layer-norm"), "case.py", "case")
+    assert new == source and not [f for f in findings if f.status != "near-miss"], findings
