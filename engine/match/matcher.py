@@ -46,8 +46,11 @@ from engine.dsl.ir import (
 from engine.match.rule import OpAlt, PArg, Pattern, PStmt, Rule
 
 MAX_ATTEMPTS_PER_ROOT = 2000  # bound on backtracking per root node (reported when hit)
-# key prefix of a matched identity cast (no pattern statement of its own; `_Matcher.producers`)
+# keys of matched nodes that no pattern statement names (they start with "~"): an identity cast the
+# match passed through (`_Matcher.producers`), and the nodes a regrouped product stands for
+# (`MethodIndex.views`)
 CAST_KEY = "~cast:"
+VIEW_KEY = "~view:"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -283,6 +286,8 @@ class MethodIndex:
         self._names: set[str] | None = None
         self._layer_types: frozenset[str] | None = None
         self._clauses: dict[int, bool] = {}
+        self._views: dict[str, list[Node]] | None = None
+        self.stands_for: dict[int, tuple[Node, ...]] = {}  # a view's root -> the nodes it regroups
 
     def __getattr__(self, name: str):
         # defs, by_op, by_target, cond_text: built together on first use
@@ -399,6 +404,52 @@ class MethodIndex:
             found = self.layers.get(base + "[*]")
         return found
 
+    @property
+    def views(self) -> dict[str, list[Node]]:
+        """Products regrouped through a cast back, by the op of their root: `p * c(q1 * q2)`, where
+        `c` casts to the dtype `p` provably has (engine.analysis.shapes `dtype`), is `c(p * q1 * q2)`
+        up to rounding (the product is taken in the wider dtype and rounded once), with the same
+        dtype and broadcast shape; `p * q1` may then be a pattern's step (x * rsqrt(...) of RMSNorm,
+        with the weight q2 outside). Each view is three nodes that are in no method body, `c((p * q1)
+        * q2)` for either factor as q1, its root in the place of the outer product (the same output
+        and source position), read where each intermediate it regroups has no reader but the next.
+        A match rooted at a view removes the nodes it stands for (`stands_for`)."""
+        if self._views is None:
+            self._views = {}
+            for node in self.method.nodes:
+                self._regroup(node)
+        return self._views
+
+    def _regroup(self, node: Node) -> None:
+        if node.kind != "op" or node.op != "mul" or len(node.inputs) != 2 or node.kwargs or not node.outputs:
+            return
+        facts = self.shapes
+        for p, q in ((node.inputs[0], node.inputs[1]), (node.inputs[1], node.inputs[0])):
+            cast = self.defs.get(q.name) if isinstance(q, Var) else None
+            if cast is None or cast.kind != "op" or cast.op not in CASTS or not cast.inputs or cast.via != node.via \
+                    or [u for u in self.uses.get(q.name, ()) if u is not node]:
+                continue
+            to = facts.cast_dtype(cast)
+            if to is None or to != facts.dtype(p):
+                continue
+            inner = cast.inputs[0]
+            product = self.defs.get(inner.name) if isinstance(inner, Var) else None
+            if product is None or product.kind != "op" or product.op != "mul" or len(product.inputs) != 2 \
+                    or product.kwargs or product.via != node.via or product.guard != node.guard \
+                    or [u for u in self.uses.get(inner.name, ()) if u is not cast]:
+                continue
+            for k, (q1, q2) in enumerate(((product.inputs[0], product.inputs[1]),
+                                          (product.inputs[1], product.inputs[0]))):
+                name = f"{node.outputs[0]}~{k}"
+                left = Node("op", "mul", (p, q1), (), (f"{name}a",), None, product.guard, product.pos, product.via)
+                both = Node("op", "mul", (Var(f"{name}a"), q2), (), (f"{name}b",), None, product.guard, product.pos,
+                            product.via)
+                root = Node("op", cast.op, (Var(f"{name}b"), *cast.inputs[1:]), cast.kwargs, node.outputs, None,
+                            node.guard, node.pos, node.via)
+                self.defs[f"{name}a"], self.defs[f"{name}b"] = left, both
+                self.stands_for[id(root)] = (node, cast, product)
+                self._views.setdefault(cast.op, []).append(root)  # type: ignore[union-attr]
+
     def candidates(self, alts: tuple[OpAlt, ...]) -> list[Node]:
         cached = self._candidates.get(alts)
         if cached is None:
@@ -410,6 +461,7 @@ class MethodIndex:
         for alt in alts:
             if alt.kind == "op":
                 out.extend(self.by_op.get(alt.name, ()))
+                out.extend(self.views.get(alt.name, ()))
                 out.extend(self.by_target.get(alt.name, ()))
                 for layer_type, (op, _) in C.LAYER_OPS.items():
                     if op == alt.name:
@@ -796,6 +848,8 @@ def match_pattern(rule: Rule, pattern: Pattern, index: MethodIndex, relaxed: boo
         matcher.attempts = 0
         for first in matcher.match_stmt(root_index, root, node, _State()):
             for state in complete(first, 0):
+                for real in index.stands_for.get(id(node), ()):
+                    state.nodes[f"{VIEW_KEY}{real.outputs[0]}"] = real
                 out.append(Match(rule, index.file, index.cls, index.method, node, state.nodes, state.bindings,
                                  state.conds, index.cond_text, tuple(state.skipped), tuple(state.relaxed), pattern))
                 if extra and not state.relaxed:

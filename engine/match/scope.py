@@ -7,7 +7,7 @@ import re
 
 from engine.dsl.ir import HELPER_CONDITION, Cond, Const, FileModel, Node, Pos, Sym, Var
 from engine.match import constraints
-from engine.match.matcher import CAST_KEY, FileIndexes, Finding, Match, MethodIndex, match_method
+from engine.match.matcher import FileIndexes, Finding, Match, MethodIndex, match_method
 from engine.match.rewritten_form import in_rewritten_form
 from engine.match.rule import Rule
 
@@ -252,8 +252,9 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding | N
     guards: list[frozenset] = []  # the original code must run when any of these conjunctions holds
     pattern = match.pattern or rule.patterns[0]
     consumed = {v for stmt in pattern.stmts for v in stmt.data_args}
-    # the root and other sinks (an identity cast the match passed through feeds a matched node)
-    sink_nodes = [n for key, n in match.nodes.items() if key not in consumed and not key.startswith(CAST_KEY)]
+    # the root and other sinks (not a node that no statement names: an identity cast the match passed
+    # through, a node a regrouped product stands for)
+    sink_nodes = [n for key, n in match.nodes.items() if key not in consumed and not key.startswith("~")]
     root_outputs = {name for n in sink_nodes for name in n.outputs}
     for node in nodes:
         for name in node.outputs:

@@ -66,6 +66,31 @@ def make(feats):
     return RMSNorm(feats, dim=-3)
 '''
 
+# k-diffusion's rms_norm: the scale times rsqrt in the wider dtype, cast back to x's, times x; the
+# scale per feature, per head (H, 1, 1) or per sample (B, 1, D)
+PRODUCT_THROUGH_CAST_RMS_NORM = '''
+import torch
+from torch import nn
+
+
+def rms_norm(x, scale, eps):
+    dtype = torch.promote_types(x.dtype, torch.float32)
+    mean_sq = torch.mean(x.to(dtype)**2, dim=-1, keepdim=True)
+    scale = scale.to(dtype) * torch.rsqrt(mean_sq + eps)
+    return x * scale.to(x.dtype)
+
+
+class Norm(nn.Module):
+    def __init__(self, *scale_shape):
+        super().__init__()
+        self.scale = nn.Parameter(torch.rand(*scale_shape, dtype=torch.float64) + 0.5)
+
+    def forward(self, x):
+        return rms_norm(x, self.scale, 1e-6)
+'''
+
+_KD = "(scale.to(dtype)*nn.functional.rms_norm(x.to(dtype),x.shape[-1:],eps=eps)).to(x.dtype)"
+
 CASES = {
     # name: (source, class, constructor arguments, input shape, rule, text the rewrite must contain)
     "layer norm over self.dim = -1": (ATTRIBUTE_AXIS_LAYER_NORM, "LayerNorm", (6,), (2, 3, 6), "layer-norm",
@@ -76,6 +101,12 @@ CASES = {
                                               "layer-norm", "movedim(-1,dim)*self.g.type(dtype)"),
     "channel layer norm over self.dim = -3, stable": (ATTRIBUTE_AXIS_LAYER_NORM, "ChanLayerNorm", (5, True),
                                                       (2, 5, 3, 4), "layer-norm", "movedim(-1,dim)"),
+    "rms norm through a cast back, per-feature scale": (PRODUCT_THROUGH_CAST_RMS_NORM, "Norm", (6,), (2, 3, 6),
+                                                        "rms-norm", _KD),
+    "rms norm through a cast back, per-head scale": (PRODUCT_THROUGH_CAST_RMS_NORM, "Norm", (3, 1, 1), (2, 3, 4, 6),
+                                                     "rms-norm", _KD),
+    "rms norm through a cast back, per-sample scale": (PRODUCT_THROUGH_CAST_RMS_NORM, "Norm", (2, 1, 6), (2, 4, 6),
+                                                       "rms-norm", _KD),
     "rms norm over self.dim = 1": (ATTRIBUTE_AXIS_RMS_NORM, "RMSNorm", (5,), (2, 5, 3, 4), "rms-norm",
                                    "self.g*nn.functional.rms_norm(x.movedim(self.dim,-1),(x.shape[self.dim],),"
                                    "eps=1e-06).movedim(-1,self.dim)"),
@@ -127,4 +158,26 @@ def test_a_cast_to_another_dtype_is_no_identity():
     # the weight cast to float32 while x may be of another dtype: rsqrt(...).float() is a real cast
     source = ATTRIBUTE_AXIS_LAYER_NORM.replace(".rsqrt().type(dtype)", ".rsqrt().float()")
     findings, new = scan_source(source, select_rules("layer-norm"), "case.py", "case")
+    assert new == source and not [f for f in findings if f.status != "near-miss"], findings
+
+
+def test_a_product_through_a_cast_back_keeps_the_dtype_of_x():
+    findings, new = scan_source(PRODUCT_THROUGH_CAST_RMS_NORM, select_rules("rms-norm"), "case.py", "case")
+    assert [f.status for f in findings] == ["rewritten"], findings
+    outs = []
+    for text in (PRODUCT_THROUGH_CAST_RMS_NORM, new):
+        namespace: dict = {}
+        exec(compile(text, "<case>", "exec"), namespace)  # noqa: S102 - sources written in this file
+        x = torch.randn(2, 3, 8, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
+        scale = torch.rand(8, generator=torch.Generator().manual_seed(2)) + 0.5
+        outs.append(namespace["rms_norm"](x, scale, 1e-6))
+    want, got = outs
+    assert got.dtype == want.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)  # bfloat16 rounding only
+
+
+def test_a_product_whose_factor_is_read_elsewhere_is_not_regrouped():
+    source = PRODUCT_THROUGH_CAST_RMS_NORM.replace("    return x * scale.to(x.dtype)\n",
+                                                   "    return x * scale.to(x.dtype), scale\n")
+    findings, new = scan_source(source, select_rules("rms-norm"), "case.py", "case")
     assert new == source and not [f for f in findings if f.status != "near-miss"], findings
