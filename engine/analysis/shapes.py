@@ -287,6 +287,28 @@ class ShapeFacts:
         tree = numbers.tree_of(self.method.pos.file)
         return numbers.attribute_int_values(tree, self.cls.name, text[5:]) if tree is not None else None
 
+    def asserted_single(self, node: Node) -> tuple[Operand, tuple[Node, ...]] | None:
+        """(N, the assert's nodes) where an `assert len(N) == 1` (or of a variable holding len(N)),
+        earlier in the method on a path that `node`'s path lies on, proves that N has one element
+        wherever `node` runs; None where there is none."""
+        tree = numbers.tree_of(self.method.pos.file) if self.method.pos is not None else None
+        if tree is None or node.pos is None:
+            return None
+        tests = {(a.test.lineno, a.test.col_offset) for a in ast.walk(tree) if isinstance(a, ast.Assert)}
+        here = {(c.id, c.taken) for c in node.guard}
+        for other in self.method.nodes:
+            if other.op != "compare:eq" or other.pos is None or other.via != node.via or len(other.inputs) != 2 \
+                    or (other.pos.line, other.pos.col) not in tests or not {(c.id, c.taken) for c in other.guard} <= here \
+                    or (other.pos.line, other.pos.col) >= (node.pos.line, node.pos.col):
+                continue
+            length, one = other.inputs
+            if one != Const(1):
+                length, one = one, length
+            counted = self.defs.get(length.name) if isinstance(length, Var) else None
+            if one == Const(1) and counted is not None and counted.op == "len" and len(counted.inputs) == 1:
+                return counted.inputs[0], (counted, other)
+        return None
+
     def attribute_of(self, operand: Operand | None) -> str | None:
         """`self.<name>` where `operand` is that attribute, or a variable assigned from it."""
         depth = 0

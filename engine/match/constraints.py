@@ -340,7 +340,9 @@ def _stats_over_last_axis(match: Match, ix: MethodIndex) -> str | None:
     fact about their shapes is needed. Over a tuple of axes computed at run time that is provably the
     last len(N) axes (`tuple(-(i + 1) for i in range(len(self.normalized_shape)))`;
     engine/analysis/shapes.py `trailing_axes`) the kernel normalizes over N: `$nshape` is bound to
-    N, and the statements computing the tuple go with the match where nothing else reads them. Over
+    N, and the statements computing the tuple go with the match where nothing else reads them; so
+    is the last axis where an earlier assert proves len(N) == 1 (engine/analysis/shapes.py
+    `asserted_single`), the assert going with the match. Over
     one axis an attribute holds (`dim = self.dim`) that is proven an integer (set in `__init__` from
     a parameter every construction in the file passes an integer for; engine/analysis/shapes.py
     `int_attribute`), `$axis` alone is bound, to that value: the kernel normalizes the input with it
@@ -356,7 +358,13 @@ def _stats_over_last_axis(match: Match, ix: MethodIndex) -> str | None:
         dim = node.kwarg("dim")
         source = node.inputs[0] if node.inputs else None
         if ix.shapes.is_last(source, dim):
-            axes.add(-1)
+            single = ix.shapes.asserted_single(node)
+            if single is None:
+                axes.add(-1)
+                continue
+            # the last axis where an assert proves len(N) == 1: the trailing len(N) axes
+            trailing[render(single[0])] = single[0]
+            computed.extend(n for n in single[1] if n not in computed)
             continue
         found = ix.shapes.trailing_axes(dim)
         if found is not None:

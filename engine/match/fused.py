@@ -14,7 +14,8 @@ A call counts as the kernel when it resolves (through the file's imports) to the
 to a library kernel for the same operation, or to a function or method of the same file that
 itself calls one (a `self.flash_attn(q, k, v)` wrapper), to a bounded depth. A match inside a
 helper counts through the helper's call sites in the same file (timm's `_layer_norm_cf`, called
-where `F.layer_norm` is not).
+where `F.layer_norm` is not), unless it is a public module-level function, which other modules call
+as well (timm's `rms_norm`).
 """
 
 from __future__ import annotations
@@ -243,6 +244,10 @@ def _fused_beside(file: _File, node: ast.AST, fn: _Func, kernel_sites: dict[_Fun
             return (f"already-fused: the fused path at line {call.lineno} "
                     f"(`{ast.unparse(call.func)}`) runs instead of this code where it can")
     if depth >= _CALLER_DEPTH:
+        return None
+    if file.class_of.get(fn) is None and not fn.name.startswith("_"):
+        # a public module function is called from other modules too (timm's `rms_norm`, which its
+        # RmsNorm calls whenever fast norm is off): a fused path beside one call here is not beside those
         return None
     # a helper: look at its call sites in this file
     for cls, caller in file.functions:

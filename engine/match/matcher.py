@@ -5,13 +5,16 @@ an argument that names another pattern statement's output must be produced by a 
 that statement. Paths are explored on demand: where a value comes from a `phi` (a merge after
 `if`/`else`), each branch is tried, and the branch decisions a match relies on are collected. A
 match is therefore valid under a set of conditions; the conditions beyond those of its root node
-are the ones a rewrite has to guard. Bindings are consistent: a `$variable` bound twice must be the
+are the ones a rewrite has to guard. Some values are read by meaning: a cast to the dtype a value
+already has is that value, `r(v, dim=d).unsqueeze(d)` is the reduction with `keepdim=True`, and a
+product through a cast back is regrouped (`MethodIndex.views`). Bindings are consistent: a `$variable` bound twice must be the
 same value.
 
 Scope analysis then decides what may be done with a match:
   * every intermediate value (an output of a matched node other than the root) must be used only
     by matched nodes. A use that happens only under some condition (`if output_attentions:`) can be
-    guarded when the rule allows it; a use on every path makes the match a near-miss;
+    guarded when the rule allows it; a use on every path makes the match a near-miss; a decision
+    whose other branch computes the same rewrite (a sibling match) needs no guard: both go;
   * constants must equal the rule's (a second, relaxed pass finds structures that differ only in a
     constant, e.g. `softmax(dim=1)`, and reports them as near-misses naming the constant);
   * the rule's named constraints (engine.match.constraints) must hold;
@@ -46,6 +49,8 @@ from engine.dsl.ir import (
 from engine.match.rule import OpAlt, PArg, Pattern, PStmt, Rule
 
 MAX_ATTEMPTS_PER_ROOT = 2000  # bound on backtracking per root node (reported when hit)
+# reductions whose `keepdim=True` keeps the reduced axis as size 1 (`MethodIndex.keepdim_view`)
+_KEEPDIM_REDUCTIONS = {"mean", ".mean", "sum", ".sum", "var", ".var", ".amax", ".amin", "torch.amax", "torch.amin"}
 # keys of matched nodes that no pattern statement names (they start with "~"): an identity cast the
 # match passed through (`_Matcher.producers`), and the nodes a regrouped product stands for
 # (`MethodIndex.views`)
@@ -287,7 +292,8 @@ class MethodIndex:
         self._layer_types: frozenset[str] | None = None
         self._clauses: dict[int, bool] = {}
         self._views: dict[str, list[Node]] | None = None
-        self.stands_for: dict[int, tuple[Node, ...]] = {}  # a view's root -> the nodes it regroups
+        self.stands_for: dict[int, tuple[Node, ...]] = {}  # a view -> the nodes it stands for
+        self._keepdim: dict[int, Node | None] = {}
 
     def __getattr__(self, name: str):
         # defs, by_op, by_target, cond_text: built together on first use
@@ -449,6 +455,31 @@ class MethodIndex:
                 self.defs[f"{name}a"], self.defs[f"{name}b"] = left, both
                 self.stands_for[id(root)] = (node, cast, product)
                 self._views.setdefault(cast.op, []).append(root)  # type: ignore[union-attr]
+
+    def keepdim_view(self, node: Node) -> Node | None:
+        """`r(v, dim=d).unsqueeze(d)` of a reduction `r` that dropped axis d, read only there, seen as
+        the reduction with `keepdim=True` (the same axis restored in the same place: for d < 0 the
+        reduced value has one axis less, so d counts from the end to that place again); None for
+        any other node. The view stands for both nodes."""
+        if node.kind != "op" or node.op not in (".unsqueeze", "torch.unsqueeze") or not node.outputs:
+            return None
+        cached = self._keepdim.get(id(node), False)
+        if cached is not False:
+            return cached
+        view = None
+        source = node.inputs[0] if node.inputs else None
+        where = node.inputs[1] if len(node.inputs) > 1 else node.kwarg("dim")
+        reduced = self.defs.get(source.name) if isinstance(source, Var) else None
+        if reduced is not None and reduced.kind == "op" and reduced.op in _KEEPDIM_REDUCTIONS and reduced.outputs \
+                and reduced.via == node.via and isinstance(where, Const) and type(where.value) is int \
+                and reduced.kwarg("dim") == where and reduced.kwarg("keepdim", Const(False)) == Const(False) \
+                and len(reduced.inputs) == 1 and [u for u in self.uses.get(source.name, ()) if u is not node] == []:
+            kwargs = (*((k, v) for k, v in reduced.kwargs if k != "keepdim"), ("keepdim", Const(True)))
+            view = Node(reduced.kind, reduced.op, reduced.inputs, kwargs, node.outputs, reduced.target, node.guard,
+                        node.pos, node.via)
+            self.stands_for[id(view)] = (reduced, node)
+        self._keepdim[id(node)] = view
+        return view
 
     def candidates(self, alts: tuple[OpAlt, ...]) -> list[Node]:
         cached = self._candidates.get(alts)
@@ -695,6 +726,14 @@ class _Matcher:
             s.used.add(id(node))
             yield from self.producers(node.inputs[0], s)
             return
+        kept = self.ix.keepdim_view(node)
+        if kept is not None and not {id(n) for n in self.ix.stands_for[id(kept)]} & state.used:
+            # `mean(v, dim=d).unsqueeze(d)` is `mean(v, dim=d, keepdim=True)`
+            s = state.copy()
+            for real in self.ix.stands_for[id(kept)]:
+                s.nodes[f"{VIEW_KEY}{real.outputs[0]}"] = real
+                s.used.add(id(real))
+            yield kept, s
         if node.kind == "phi":
             cid_operand = node.kwarg("if")
             for position, branch in enumerate(node.inputs):

@@ -181,3 +181,93 @@ def test_a_product_whose_factor_is_read_elsewhere_is_not_regrouped():
                                                    "    return x * scale.to(x.dtype), scale\n")
     findings, new = scan_source(source, select_rules("rms-norm"), "case.py", "case")
     assert new == source and not [f for f in findings if f.status != "near-miss"], findings
+
+
+# timm's rms_norm: the trailing len(normalized_shape) axes, or under TorchScript the last axis after
+# an assert that normalized_shape has one element, mean(v, -1).unsqueeze(-1) for keepdim
+BOTH_BRANCHES_RMS_NORM = '''
+from typing import List, Optional
+
+import torch
+
+
+def rms_norm(x: torch.Tensor, normalized_shape: List[int], weight: Optional[torch.Tensor] = None, eps: float = 1e-5):
+    norm_ndim = len(normalized_shape)
+    v = x.pow(2)
+    if torch.jit.is_scripting():
+        assert norm_ndim == 1
+        v = torch.mean(v, dim=-1).unsqueeze(-1)
+    else:
+        dims = tuple(range(-1, -norm_ndim - 1, -1))
+        v = torch.mean(v, dim=dims, keepdim=True)
+    x = x * torch.rsqrt(v + eps)
+    if weight is not None:
+        x = x * weight
+    return x
+'''
+
+
+@pytest.mark.parametrize(("shape", "normalized", "weighted"), [
+    ((2, 3, 6), [6], True), ((2, 3, 4, 6), [4, 6], True), ((2, 3, 6), [6], False),
+])
+def test_a_norm_both_branches_compute_is_rewritten_once_and_computes_the_same(shape, normalized, weighted):
+    findings, new = scan_source(BOTH_BRANCHES_RMS_NORM, select_rules("rms-norm"), "case.py", "case")
+    assert [f.status for f in findings] == ["rewritten"], [(f.status, f.reason) for f in findings]
+    flat = "".join(new.split())
+    assert "x=torch.nn.functional.rms_norm(x,normalized_shape,eps=eps)" in flat, new
+    assert "is_scripting" not in flat and "norm_ndim" not in flat and "dims" not in flat, new  # the `if` goes
+    results = []
+    for text in (BOTH_BRANCHES_RMS_NORM, new):
+        namespace: dict = {}
+        exec(compile(text, "<case>", "exec"), namespace)  # noqa: S102 - sources written in this file
+        x = torch.randn(*shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64, requires_grad=True)
+        w = (torch.rand(*normalized, generator=torch.Generator().manual_seed(2), dtype=torch.float64) + 0.5
+             ).requires_grad_()
+        out = namespace["rms_norm"](x, normalized, w if weighted else None, 1e-5)
+        weights = torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view(out.shape)
+        results.append((out.detach(), torch.autograd.grad((out * weights).sum(), (x, w) if weighted else (x,))))
+    (want, want_grads), (got, got_grads) = results
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-11)
+    for a, b in zip(got_grads, want_grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-10)
+
+
+def test_the_norm_of_both_branches_is_scripted_as_the_original_is(tmp_path, monkeypatch):
+    # torch.jit.script reads a function's source from its module's file: each version gets a file
+    import importlib
+
+    _, new = scan_source(BOTH_BRANCHES_RMS_NORM, select_rules("rms-norm"), "case.py", "case")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    x = torch.randn(2, 3, 6, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    w = torch.rand(6, generator=torch.Generator().manual_seed(2), dtype=torch.float64) + 0.5
+    outs = []
+    for name, text in (("norm_original", BOTH_BRANCHES_RMS_NORM), ("norm_rewritten", new)):
+        (tmp_path / f"{name}.py").write_text(text)
+        scripted = torch.jit.script(importlib.import_module(name).rms_norm)
+        outs.append(scripted(x, [6], w, 1e-5))
+    torch.testing.assert_close(outs[1], outs[0], rtol=1e-10, atol=1e-11)
+
+
+KEEPDIM_BY_UNSQUEEZE = '''
+import torch
+
+
+def rms_norm(x, eps: float = 1e-6):
+    v = x.pow(2).mean(-1).unsqueeze({axis})
+    return x * torch.rsqrt(v + eps)
+'''
+
+
+def test_a_reduction_unsqueezed_where_it_reduced_is_the_reduction_with_keepdim():
+    source = KEEPDIM_BY_UNSQUEEZE.format(axis=-1)
+    findings, new = scan_source(source, select_rules("rms-norm"), "case.py", "case")
+    assert [f.status for f in findings] == ["rewritten"], [(f.status, f.reason) for f in findings]
+    assert "unsqueeze" not in new and "rms_norm(x, x.shape[-1:], eps=eps)" in new, new
+    namespace: dict = {}
+    exec(compile(new, "<case>", "exec"), namespace)  # noqa: S102 - sources written in this file
+    x = torch.randn(2, 3, 6, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    torch.testing.assert_close(namespace["rms_norm"](x), x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6))
+    # unsqueezed elsewhere: another shape, no norm
+    other = KEEPDIM_BY_UNSQUEEZE.format(axis=-2)
+    findings, new = scan_source(other, select_rules("rms-norm"), "case.py", "case")
+    assert new == other and not [f for f in findings if f.status != "near-miss"], findings
