@@ -392,12 +392,14 @@ def _both_branches(match: Match, cid: int, taken: bool, siblings: list[Match], i
                    removed: set[int]) -> list[Node] | None:
     """A decision is covered when the other branch computes the same rewrite: a sibling match of the
     same pattern takes the other branch, matches the same statements (none absent on one branch
-    only), agrees on every other decision and on every node outside the branch, meets the rule's
+    only, some computed in each branch), agrees on every other decision and on every node outside the branch, meets the rule's
     constraints, and binds what the template reads to the same values (the
     mean over the trailing len(N) axes on one branch, over the last axis on the other where an assert
     proves len(N) == 1). The kernel then runs on both paths; the other branch's nodes, its
     companions and the merges of the two go with the match (returned), where nothing else reads
     them. None where no sibling does."""
+    if not match.rule.rewrite:
+        return None  # a rule that only detects: what the original computes on each path is not asked
     names = set(re.findall(r"\$([A-Za-z_]\w*)", match.rule.rewrite))
 
     def outside(m: Match) -> set[int]:
@@ -406,8 +408,14 @@ def _both_branches(match: Match, cid: int, taken: bool, siblings: list[Match], i
     def steps(m: Match) -> tuple[set[str], list[str]]:  # the statements matched, and those absent
         return {k for k in m.nodes if not k.startswith("~")}, sorted(m.skipped)
 
+    def within(m: Match, side: bool) -> bool:  # some matched step is computed on that branch
+        return any(c.id == cid and c.taken == side for n in m.nodes.values() for c in n.guard)
+
+    if not within(match, taken):
+        return None
     for other in siblings:
         if other is match or other.pattern is not match.pattern or other.relaxed or steps(other) != steps(match) \
+                or not within(other, not taken) \
                 or other.conditions.get(cid) != (not taken) or outside(other) != outside(match) \
                 or any(match.conditions.get(c, t) != t for c, t in other.conditions.items() if c != cid) \
                 or any(other.conditions.get(c, t) != t for c, t in match.conditions.items() if c != cid):
