@@ -274,3 +274,119 @@ def constructor_single_element(tree: ast.Module, cls: str, text: str) -> bool:
     if any(k.arg not in ("dtype", "device", "requires_grad") for k in e.keywords):
         return False
     return _single_value(e.args[0], names)
+
+
+# ---------------------------------------------------------------------------------------------
+# Integer attributes: `self.dim`, set once in `__init__` from a constant or from a parameter, holds
+# an integer where the parameter's default and what every construction of the class in the file
+# passes for it are integer literals. A construction is a call of the class, or of a
+# `functools.partial` of it bound to a module-level name (`ChanLayerNorm = partial(LayerNorm,
+# dim=-3)`), whose own calls may pass the parameter again. Any other use of those names (a subclass,
+# the class passed as a value, `*args` / `**kwargs` at a call) leaves the value unproven.
+
+
+def _int_literal(e: ast.expr | None) -> int | None:
+    if isinstance(e, ast.UnaryOp) and isinstance(e.op, (ast.USub, ast.UAdd)):
+        inner = _int_literal(e.operand)
+        return None if inner is None else (-inner if isinstance(e.op, ast.USub) else inner)
+    if isinstance(e, ast.Constant) and isinstance(e.value, int) and not isinstance(e.value, bool):
+        return e.value
+    return None
+
+
+def _given(call: ast.Call, param: str, index: int | None) -> tuple[bool, ast.expr | None]:
+    """(whether the call can be read, what it passes for `param`: None where it leaves it out)."""
+    if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+        return False, None
+    given = next((k.value for k in call.keywords if k.arg == param), None)
+    if given is None and index is not None and index < len(call.args):
+        given = call.args[index]
+    return True, given
+
+
+def attribute_int_values(tree: ast.Module, cls: str, attr: str) -> frozenset[int] | None:
+    """The integers `self.<attr>` of class `cls` can hold, where it provably holds an integer
+    (see above); None where that is not proven."""
+    klass = _class(tree, cls)
+    init = _function(tree, cls, "__init__") if klass is not None else None
+    if init is None or klass is None:
+        return None
+    sets: list[tuple[ast.AST, ast.expr | None]] = []
+    for node in ast.walk(tree):
+        targets = node.targets if isinstance(node, ast.Assign) else \
+            [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+        for target in targets:
+            for t in ast.walk(target):
+                if isinstance(t, ast.Attribute) and t.attr == attr:
+                    if not (isinstance(t.value, ast.Name) and t.value.id == "self"):
+                        return None  # `obj.dim = ...`: set from outside
+                    sets.append((node, node.value if isinstance(node, ast.Assign) and target is t else None))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr"):
+            name = node.args[1] if len(node.args) > 1 else None
+            if not (isinstance(name, ast.Constant) and name.value != attr):
+                return None  # `setattr(obj, "dim", ...)`, or of a name not written out
+    inside = {id(n) for n in ast.walk(klass)}
+    own = [(node, value) for node, value in sets if id(node) in inside]
+    if len(own) != 1 or own[0][0] not in init.body:
+        return None  # set more than once, or not on `__init__`'s straight-line path
+    value = own[0][1]
+    constant = _int_literal(value)
+    if constant is not None:
+        return frozenset({constant})
+    if not isinstance(value, ast.Name):
+        return None
+    positional = [a.arg for a in [*init.args.posonlyargs, *init.args.args]][1:]
+    if value.id not in positional and value.id not in {a.arg for a in init.args.kwonlyargs}:
+        return None
+    if any(isinstance(n, ast.Name) and n.id == value.id and isinstance(n.ctx, ast.Store) for n in ast.walk(init)):
+        return None  # the parameter is rebound before or after
+    defaults = dict(zip(positional[len(positional) - len(init.args.defaults):], init.args.defaults, strict=True))
+    defaults.update({a.arg: d for a, d in zip(init.args.kwonlyargs, init.args.kw_defaults, strict=True)
+                     if d is not None})
+    index = positional.index(value.id) if value.id in positional else None
+    return _construction_values(tree, cls, value.id, index, defaults.get(value.id))
+
+
+def _construction_values(tree: ast.Module, cls: str, param: str, index: int | None,
+                         default: ast.expr | None) -> frozenset[int] | None:
+    imports = Imports(tree, "")
+    # names that construct the class: the class itself (default as declared), and module-level
+    # partials of it (their own keyword for the parameter as the default)
+    makers: dict[str, tuple[int | None, ast.expr | None]] = {cls: (index, default)}
+    partials: set[int] = set()
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name) \
+                and isinstance(stmt.value, ast.Call) and imports.qualify(stmt.value.func) == "functools.partial" \
+                and stmt.value.args and isinstance(stmt.value.args[0], ast.Name) and stmt.value.args[0].id == cls:
+            call = stmt.value
+            if len(call.args) > 1 or any(k.arg is None for k in call.keywords):
+                return None
+            bound = next((k.value for k in call.keywords if k.arg == param), default)
+            makers[stmt.targets[0].id] = (index, bound)
+            partials.add(id(call.args[0]))
+    values: set[int] = set()
+    for _, fallback in makers.values():  # what a construction that leaves the parameter out gives
+        if fallback is not None:
+            number = _int_literal(fallback)
+            if number is None:
+                return None
+            values.add(number)
+    for parent in ast.walk(tree):
+        for child in ast.iter_child_nodes(parent):
+            if not (isinstance(child, ast.Name) and child.id in makers) or id(child) in partials:
+                continue
+            if isinstance(child.ctx, ast.Store) and child.id != cls:
+                continue  # the partial's own binding
+            if not (isinstance(parent, ast.Call) and parent.func is child):
+                return None  # a subclass, or the class passed as a value: constructed out of sight
+            readable, given = _given(parent, param, makers[child.id][0])
+            if not readable:
+                return None
+            if given is not None:
+                number = _int_literal(given)
+                if number is None:
+                    return None
+                values.add(number)
+            elif makers[child.id][1] is None:
+                continue  # a required argument missing: the call raises
+    return frozenset(values) if values else None

@@ -93,6 +93,16 @@ _SAME_SHAPE = {
     ".index_select", "torch.index_select", ".gather", "torch.gather", ".roll", "torch.roll", ".flip", "torch.flip",
 }
 _NUMBER_ARITHMETIC = {"add", "sub", "mul", "div", "floordiv", "mod", "pow", "neg", "pos"}
+# dtype facts: casts, the dtype each named cast gives, and ops that keep a floating-point input's dtype
+_NAMED_CASTS = {".float": "torch.float32", ".double": "torch.float64", ".half": "torch.float16",
+                ".bfloat16": "torch.bfloat16"}
+CASTS = {".to", ".type", ".type_as", *_NAMED_CASTS}
+_DTYPE_NAMES = {"torch.float32": "torch.float32", "torch.float": "torch.float32", "torch.float64": "torch.float64",
+                "torch.double": "torch.float64", "torch.float16": "torch.float16", "torch.half": "torch.float16",
+                "torch.bfloat16": "torch.bfloat16"}
+_DTYPE_KEEPING = {"assign", "neg", "exp", "sqrt", "rsqrt", "torch.rsqrt", "torch.sqrt", ".rsqrt", ".sqrt", ".exp",
+                  ".detach", ".contiguous", ".clone", ".abs", "mean", ".mean", "var", ".var", ".amax", ".amin",
+                  "torch.amax", "torch.amin"}
 # elementwise with broadcasting: every tensor operand aligned from the right
 _BROADCAST = {"add", "sub", "mul", "div", "torch.where", "torch.maximum", "torch.minimum", "masked_fill"}
 # layers that keep their input's shape
@@ -265,6 +275,105 @@ class ShapeFacts:
                 return None
         names = {_operand_key(n) for n in lens}
         return (lens[0], tuple(evaluation.nodes.values())) if len(names) == 1 else None
+
+    def int_attribute(self, operand: Operand | None) -> frozenset[int] | None:
+        """The integers `operand` can be where it is an attribute of the module (`self.dim`, or a
+        variable assigned from it) that engine.analysis.numbers proves holds an integer: set once in
+        `__init__` from a constant or a parameter that every construction in the file passes an
+        integer literal for (or leaves to an integer default). None where that is not proven."""
+        text = self.attribute_of(operand)
+        if text is None or self.cls is None or self.method.pos is None:
+            return None
+        tree = numbers.tree_of(self.method.pos.file)
+        return numbers.attribute_int_values(tree, self.cls.name, text[5:]) if tree is not None else None
+
+    def asserted_single(self, node: Node) -> tuple[Operand, tuple[Node, ...]] | None:
+        """(N, the assert's nodes) where an `assert len(N) == 1` (or of a variable holding len(N)),
+        earlier in the method on a path that `node`'s path lies on, proves that N has one element
+        wherever `node` runs; None where there is none."""
+        tree = numbers.tree_of(self.method.pos.file) if self.method.pos is not None else None
+        if tree is None or node.pos is None:
+            return None
+        tests = {(a.test.lineno, a.test.col_offset) for a in ast.walk(tree) if isinstance(a, ast.Assert)}
+        here = {(c.id, c.taken) for c in node.guard}
+        for other in self.method.nodes:
+            if other.op != "compare:eq" or other.pos is None or other.via != node.via or len(other.inputs) != 2 \
+                    or (other.pos.line, other.pos.col) not in tests or not {(c.id, c.taken) for c in other.guard} <= here \
+                    or (other.pos.line, other.pos.col) >= (node.pos.line, node.pos.col):
+                continue
+            length, one = other.inputs
+            if one != Const(1):
+                length, one = one, length
+            counted = self.defs.get(length.name) if isinstance(length, Var) else None
+            if one == Const(1) and counted is not None and counted.op == "len" and len(counted.inputs) == 1:
+                return counted.inputs[0], (counted, other)
+        return None
+
+    def attribute_of(self, operand: Operand | None) -> str | None:
+        """`self.<name>` where `operand` is that attribute, or a variable assigned from it."""
+        depth = 0
+        while isinstance(operand, Var) and depth < 20:
+            node = self.defs.get(operand.name)
+            if node is None or node.kind != "op" or node.op != "assign" or len(node.inputs) != 1:
+                return None
+            operand = node.inputs[0]
+            depth += 1
+        if not isinstance(operand, Sym) or not operand.text.startswith("self."):
+            return None
+        return operand.text if operand.text[5:].isidentifier() else None
+
+    # -- dtype facts -------------------------------------------------------------------------
+
+    def dtype(self, operand: Operand | None, depth: int = 0) -> str | None:
+        """What the dtype of floating-point tensor `operand` provably is, as a key: `@x` for the dtype
+        of `x`, a value whose dtype is not derived here (a parameter), or the dtype's own name
+        (`torch.float32`) after a cast to it. Elementwise math with Python numbers, on tensors of one
+        dtype, and reductions keep a floating-point dtype. None where it is not proven."""
+        if not isinstance(operand, Var) or depth > 24:
+            return None
+        node = self.defs.get(operand.name)
+        if node is None:
+            return f"@{operand.name}" if any(p.name == operand.name for p in self.method.params) else None
+        first = node.inputs[0] if node.inputs else None
+        if node.kind == "phi":
+            keys = {self.dtype(i, depth + 1) for i in node.inputs}
+            return keys.pop() if len(keys) == 1 else None
+        if node.kind != "op":
+            return None
+        op = node.op
+        if op in CASTS:
+            return self.cast_dtype(node)
+        if op in _DTYPE_KEEPING or (op == "pow" and self.number(node.inputs[1] if len(node.inputs) > 1
+                                                                    else node.kwarg("exponent"))):
+            return self.dtype(first, depth + 1)
+        if op in ("add", "sub", "mul", "div"):
+            tensors = [i for i in node.inputs if not self.number(i)]
+            keys = {self.dtype(i, depth + 1) for i in tensors}
+            return keys.pop() if len(keys) == 1 and tensors else None
+        return None
+
+    def cast_dtype(self, node: Node) -> str | None:
+        """The dtype a cast node (`.to(dtype)`, `.type(dtype)`, `.type_as(y)`, `.float()`) casts to."""
+        if node.op in _NAMED_CASTS:
+            return _NAMED_CASTS[node.op] if len(node.inputs) == 1 and not node.kwargs else None
+        if len(node.inputs) != 2 or node.kwargs:
+            return None
+        target = node.inputs[1]
+        if node.op == ".type_as":
+            return self.dtype(target)
+        if isinstance(target, Sym):
+            return _DTYPE_NAMES.get(target.text)
+        producer = self.defs.get(target.name) if isinstance(target, Var) else None
+        if producer is not None and producer.op == "getattr" and producer.inputs[1:] == (Const("dtype"),):
+            return self.dtype(producer.inputs[0])
+        return None
+
+    def identity_cast(self, node: Node) -> bool:
+        """`node` casts a value to the dtype it provably has already: it changes nothing."""
+        if node.kind != "op" or node.op not in CASTS or not node.inputs:
+            return False
+        to = self.cast_dtype(node)
+        return to is not None and to == self.dtype(node.inputs[0])
 
     # -- derivation ------------------------------------------------------------------------
 

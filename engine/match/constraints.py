@@ -340,10 +340,17 @@ def _stats_over_last_axis(match: Match, ix: MethodIndex) -> str | None:
     fact about their shapes is needed. Over a tuple of axes computed at run time that is provably the
     last len(N) axes (`tuple(-(i + 1) for i in range(len(self.normalized_shape)))`;
     engine/analysis/shapes.py `trailing_axes`) the kernel normalizes over N: `$nshape` is bound to
-    N, and the statements computing the tuple go with the match where nothing else reads them."""
+    N, and the statements computing the tuple go with the match where nothing else reads them; so
+    is the last axis where an earlier assert proves len(N) == 1 (engine/analysis/shapes.py
+    `asserted_single`), the assert going with the match. Over
+    one axis an attribute holds (`dim = self.dim`) that is proven an integer (set in `__init__` from
+    a parameter every construction in the file passes an integer for; engine/analysis/shapes.py
+    `int_attribute`), `$axis` alone is bound, to that value: the kernel normalizes the input with it
+    moved last, over its size, and the result is moved back."""
     axes: set[int] = set()
     trailing: dict[str, Operand] = {}  # the normalized shape N of statistics over the last len(N) axes
     computed: list = []  # the nodes computing those tuples of axes
+    runtime: dict[str, Operand] = {}  # one axis held by an attribute proven an integer (`self.dim`)
     for key in ("mu", "ms", "var", "ex2"):
         node = match.nodes.get(key)
         if node is None or node.op == "sub":
@@ -351,7 +358,13 @@ def _stats_over_last_axis(match: Match, ix: MethodIndex) -> str | None:
         dim = node.kwarg("dim")
         source = node.inputs[0] if node.inputs else None
         if ix.shapes.is_last(source, dim):
-            axes.add(-1)
+            single = ix.shapes.asserted_single(node)
+            if single is None:
+                axes.add(-1)
+                continue
+            # the last axis where an assert proves len(N) == 1: the trailing len(N) axes
+            trailing[render(single[0])] = single[0]
+            computed.extend(n for n in single[1] if n not in computed)
             continue
         found = ix.shapes.trailing_axes(dim)
         if found is not None:
@@ -360,14 +373,25 @@ def _stats_over_last_axis(match: Match, ix: MethodIndex) -> str | None:
             continue
         d = _int_dim(dim)
         rank = ix.shapes.rank(source)
+        if d is None and ix.shapes.int_attribute(dim) is not None:
+            runtime[render(dim)] = dim  # an attribute proven an integer: one axis, known at run time
+            continue
+        attribute = ix.shapes.attribute_of(dim)
+        if attribute is not None:
+            return (f"the statistics are over `{attribute}`, not proven to hold one integer axis (set once in "
+                    "`__init__`, an integer literal at every construction in the file)")
         if isinstance(dim, Var):
             return f"the statistics are over `{dim.name.split('.')[0]}`, not one axis nor provably the trailing axes"
         if d is None or (rank is not None and not -rank <= d < rank):
             known = f" of a {rank}-D tensor" if rank is not None else ""
             return f"the statistics are over dim={_dim_text(dim)}{known}, not one axis the kernel can normalize"
         axes.add(d if d >= 0 or rank is None else d + rank)
-    if len(axes) + len(trailing) > 1:
+    if len(axes) + len(trailing) + len(runtime) > 1:
         return "the mean and the variance are taken over different axes"
+    if runtime:
+        # the axis is moved last and back at run time; the normalized shape is its size
+        match.bindings["axis"] = next(iter(runtime.values()))
+        return None
     if trailing:
         # over the last len(N) axes: the kernel normalizes over them itself, given N
         match.bindings["nshape"] = next(iter(trailing.values()))

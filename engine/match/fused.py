@@ -14,7 +14,8 @@ A call counts as the kernel when it resolves (through the file's imports) to the
 to a library kernel for the same operation, or to a function or method of the same file that
 itself calls one (a `self.flash_attn(q, k, v)` wrapper), to a bounded depth. A match inside a
 helper counts through the helper's call sites in the same file (timm's `_layer_norm_cf`, called
-where `F.layer_norm` is not).
+where `F.layer_norm` is not), unless the match is the body of a public module-level function, which
+other modules call as well (timm's `rms_norm`).
 """
 
 from __future__ import annotations
@@ -208,8 +209,9 @@ def _statement_at(line: int, fn: _Func) -> ast.stmt | None:
 
 
 def already_fused_reason(tree: ast.Module, module: str, lines: Iterable[int], kernel: str,
-                         file: _File | None = None) -> str | None:
-    """Why the site at `lines` (its matched lines) is already fused, or None."""
+                         file: _File | None = None, own: str | None = None) -> str | None:
+    """Why the site at `lines` (its matched lines) is already fused, or None. `own`: the module
+    function whose body holds the match, where it is one (not a helper inlined into the match)."""
     file = file or _File(tree, module)
     names = _kernel_names(kernel)
     kernel_sites = file.kernel_calls(names)
@@ -223,7 +225,7 @@ def already_fused_reason(tree: ast.Module, module: str, lines: Iterable[int], ke
         stmt = _statement_at(line, fn)
         if stmt is None:
             continue
-        reason = _fused_beside(file, stmt, fn, kernel_sites, depth=0)
+        reason = _fused_beside(file, stmt, fn, kernel_sites, depth=0, own=own)
         if reason:
             return reason
     return None
@@ -236,13 +238,18 @@ def _innermost(file: _File, fn: _Func, line: int) -> bool:
 
 
 def _fused_beside(file: _File, node: ast.AST, fn: _Func, kernel_sites: dict[_Func, list[ast.Call]],
-                  depth: int) -> str | None:
+                  depth: int, own: str | None = None) -> str | None:
     here = file.steps(node, fn)
     for call in kernel_sites.get(fn, ()):
         if _exclusive(here, file.steps(call, fn)):
             return (f"already-fused: the fused path at line {call.lineno} "
                     f"(`{ast.unparse(call.func)}`) runs instead of this code where it can")
     if depth >= _CALLER_DEPTH:
+        return None
+    if depth == 0 and fn.name == own and file.class_of.get(fn) is None and not fn.name.startswith("_"):
+        # a match in the body of a public module function, which other modules call too (timm's
+        # `rms_norm`, which its RmsNorm calls whenever fast norm is off): a fused path beside one
+        # call here is not beside those
         return None
     # a helper: look at its call sites in this file
     for cls, caller in file.functions:
@@ -293,7 +300,8 @@ def mark_already_fused(text: str, module: str, findings: list, kernels: dict[str
     file = _File(tree, module)
     for finding in todo:
         lines = sorted({p.line for p in finding.locations} or {finding.line})
-        reason = already_fused_reason(tree, module, lines[:1], kernels[finding.rule_id], file)
+        own = finding.method if finding.cls == "__module__" and not finding.related else None
+        reason = already_fused_reason(tree, module, lines[:1], kernels[finding.rule_id], file, own)
         if reason:
             finding.status = "already-fused"
             finding.reason = reason

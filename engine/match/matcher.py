@@ -5,13 +5,16 @@ an argument that names another pattern statement's output must be produced by a 
 that statement. Paths are explored on demand: where a value comes from a `phi` (a merge after
 `if`/`else`), each branch is tried, and the branch decisions a match relies on are collected. A
 match is therefore valid under a set of conditions; the conditions beyond those of its root node
-are the ones a rewrite has to guard. Bindings are consistent: a `$variable` bound twice must be the
+are the ones a rewrite has to guard. Some values are read by meaning: a cast to the dtype a value
+already has is that value, `r(v, dim=d).unsqueeze(d)` is the reduction with `keepdim=True`, and a
+product through a cast back is regrouped (`MethodIndex.views`). Bindings are consistent: a `$variable` bound twice must be the
 same value.
 
 Scope analysis then decides what may be done with a match:
   * every intermediate value (an output of a matched node other than the root) must be used only
     by matched nodes. A use that happens only under some condition (`if output_attentions:`) can be
-    guarded when the rule allows it; a use on every path makes the match a near-miss;
+    guarded when the rule allows it; a use on every path makes the match a near-miss; a decision
+    whose other branch computes the same rewrite (a sibling match) needs no guard: both go;
   * constants must equal the rule's (a second, relaxed pass finds structures that differ only in a
     constant, e.g. `softmax(dim=1)`, and reports them as near-misses naming the constant);
   * the rule's named constraints (engine.match.constraints) must hold;
@@ -27,7 +30,7 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from engine.analysis.shapes import ShapeFacts
+from engine.analysis.shapes import CASTS, ShapeFacts
 from engine.dsl import canonical as C
 from engine.dsl.ir import (
     ClassModel,
@@ -46,6 +49,13 @@ from engine.dsl.ir import (
 from engine.match.rule import OpAlt, PArg, Pattern, PStmt, Rule
 
 MAX_ATTEMPTS_PER_ROOT = 2000  # bound on backtracking per root node (reported when hit)
+# reductions whose `keepdim=True` keeps the reduced axis as size 1 (`MethodIndex.keepdim_view`)
+_KEEPDIM_REDUCTIONS = {"mean", ".mean", "sum", ".sum", "var", ".var", ".amax", ".amin", "torch.amax", "torch.amin"}
+# keys of matched nodes that no pattern statement names (they start with "~"): an identity cast the
+# match passed through (`_Matcher.producers`), and the nodes a regrouped product stands for
+# (`MethodIndex.views`)
+CAST_KEY = "~cast:"
+VIEW_KEY = "~view:"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -284,6 +294,9 @@ class MethodIndex:
         self._names: set[str] | None = None
         self._layer_types: frozenset[str] | None = None
         self._clauses: dict[int, bool] = {}
+        self._views: dict[str, list[Node]] | None = None
+        self.stands_for: dict[int, tuple[Node, ...]] = {}  # a view -> the nodes it stands for
+        self._keepdim: dict[int, Node | None] = {}
 
     def __getattr__(self, name: str):
         # defs, by_op, by_target, cond_text: built together on first use
@@ -400,6 +413,77 @@ class MethodIndex:
             found = self.layers.get(base + "[*]")
         return found
 
+    @property
+    def views(self) -> dict[str, list[Node]]:
+        """Products regrouped through a cast back, by the op of their root: `p * c(q1 * q2)`, where
+        `c` casts to the dtype `p` provably has (engine.analysis.shapes `dtype`), is `c(p * q1 * q2)`
+        up to rounding (the product is taken in the wider dtype and rounded once), with the same
+        dtype and broadcast shape; `p * q1` may then be a pattern's step (x * rsqrt(...) of RMSNorm,
+        with the weight q2 outside). Each view is three nodes that are in no method body, `c((p * q1)
+        * q2)` for either factor as q1, its root in the place of the outer product (the same output
+        and source position), read where each intermediate it regroups has no reader but the next.
+        A match rooted at a view removes the nodes it stands for (`stands_for`)."""
+        if self._views is None:
+            self._views = {}
+            for node in self.method.nodes:
+                self._regroup(node)
+        return self._views
+
+    def _regroup(self, node: Node) -> None:
+        if node.kind != "op" or node.op != "mul" or len(node.inputs) != 2 or node.kwargs or not node.outputs:
+            return
+        facts = self.shapes
+        for p, q in ((node.inputs[0], node.inputs[1]), (node.inputs[1], node.inputs[0])):
+            cast = self.defs.get(q.name) if isinstance(q, Var) else None
+            if cast is None or cast.kind != "op" or cast.op not in CASTS or not cast.inputs or cast.via != node.via \
+                    or [u for u in self.uses.get(q.name, ()) if u is not node]:
+                continue
+            to = facts.cast_dtype(cast)
+            if to is None or to != facts.dtype(p):
+                continue
+            inner = cast.inputs[0]
+            product = self.defs.get(inner.name) if isinstance(inner, Var) else None
+            if product is None or product.kind != "op" or product.op != "mul" or len(product.inputs) != 2 \
+                    or product.kwargs or product.via != node.via or product.guard != node.guard \
+                    or [u for u in self.uses.get(inner.name, ()) if u is not cast]:
+                continue
+            for k, (q1, q2) in enumerate(((product.inputs[0], product.inputs[1]),
+                                          (product.inputs[1], product.inputs[0]))):
+                name = f"{node.outputs[0]}~{k}"
+                left = Node("op", "mul", (p, q1), (), (f"{name}a",), None, product.guard, product.pos, product.via)
+                both = Node("op", "mul", (Var(f"{name}a"), q2), (), (f"{name}b",), None, product.guard, product.pos,
+                            product.via)
+                root = Node("op", cast.op, (Var(f"{name}b"), *cast.inputs[1:]), cast.kwargs, node.outputs, None,
+                            node.guard, node.pos, node.via)
+                self.defs[f"{name}a"], self.defs[f"{name}b"] = left, both
+                self.stands_for[id(root)] = (node, cast, product)
+                self._views.setdefault(cast.op, []).append(root)  # type: ignore[union-attr]
+
+    def keepdim_view(self, node: Node) -> Node | None:
+        """`r(v, dim=d).unsqueeze(d)` of a reduction `r` that dropped axis d, read only there, seen as
+        the reduction with `keepdim=True` (the same axis restored in the same place: for d < 0 the
+        reduced value has one axis less, so d counts from the end to that place again); None for
+        any other node. The view stands for both nodes."""
+        if node.kind != "op" or node.op not in (".unsqueeze", "torch.unsqueeze") or not node.outputs:
+            return None
+        cached = self._keepdim.get(id(node), False)
+        if cached is not False:
+            return cached
+        view = None
+        source = node.inputs[0] if node.inputs else None
+        where = node.inputs[1] if len(node.inputs) > 1 else node.kwarg("dim")
+        reduced = self.defs.get(source.name) if isinstance(source, Var) else None
+        if reduced is not None and reduced.kind == "op" and reduced.op in _KEEPDIM_REDUCTIONS and reduced.outputs \
+                and reduced.via == node.via and isinstance(where, Const) and type(where.value) is int \
+                and reduced.kwarg("dim") == where and reduced.kwarg("keepdim", Const(False)) == Const(False) \
+                and len(reduced.inputs) == 1 and [u for u in self.uses.get(source.name, ()) if u is not node] == []:
+            kwargs = (*((k, v) for k, v in reduced.kwargs if k != "keepdim"), ("keepdim", Const(True)))
+            view = Node(reduced.kind, reduced.op, reduced.inputs, kwargs, node.outputs, reduced.target, node.guard,
+                        node.pos, node.via)
+            self.stands_for[id(view)] = (reduced, node)
+        self._keepdim[id(node)] = view
+        return view
+
     def candidates(self, alts: tuple[OpAlt, ...]) -> list[Node]:
         cached = self._candidates.get(alts)
         if cached is None:
@@ -411,6 +495,7 @@ class MethodIndex:
         for alt in alts:
             if alt.kind == "op":
                 out.extend(self.by_op.get(alt.name, ()))
+                out.extend(self.views.get(alt.name, ()))
                 out.extend(self.by_target.get(alt.name, ()))
                 for layer_type, (op, _) in C.LAYER_OPS.items():
                     if op == alt.name:
@@ -636,6 +721,22 @@ class _Matcher:
             depth += 1
         if node is None:
             return
+        if node.kind == "op" and node.op in CASTS and id(node) not in state.used and self.ix.shapes.identity_cast(node):
+            # a cast to the dtype the value has already (`rsqrt(var + eps).type(x.dtype)` of x's own
+            # statistics) is the value itself: it goes with the match
+            s = state.copy()
+            s.nodes[f"{CAST_KEY}{node.outputs[0]}"] = node
+            s.used.add(id(node))
+            yield from self.producers(node.inputs[0], s)
+            return
+        kept = self.ix.keepdim_view(node)
+        if kept is not None and not {id(n) for n in self.ix.stands_for[id(kept)]} & state.used:
+            # `mean(v, dim=d).unsqueeze(d)` is `mean(v, dim=d, keepdim=True)`
+            s = state.copy()
+            for real in self.ix.stands_for[id(kept)]:
+                s.nodes[f"{VIEW_KEY}{real.outputs[0]}"] = real
+                s.used.add(id(real))
+            yield kept, s
         if node.kind == "phi":
             cid_operand = node.kwarg("if")
             for position, branch in enumerate(node.inputs):
@@ -789,6 +890,8 @@ def match_pattern(rule: Rule, pattern: Pattern, index: MethodIndex, relaxed: boo
         matcher.attempts = 0
         for first in matcher.match_stmt(root_index, root, node, _State()):
             for state in complete(first, 0):
+                for real in index.stands_for.get(id(node), ()):
+                    state.nodes[f"{VIEW_KEY}{real.outputs[0]}"] = real
                 out.append(Match(rule, index.file, index.cls, index.method, node, state.nodes, state.bindings,
                                  state.conds, index.cond_text, tuple(state.skipped), tuple(state.relaxed), pattern))
                 if extra and not state.relaxed:

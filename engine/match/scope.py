@@ -319,12 +319,22 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding | N
             return near_miss(problem)
 
     finding.companions.extend(_read_only_by(match.companions, matched_ids, ix))
+    # decisions where the other branch computes the same rewrite: its nodes go with the match
+    both_ways: set[int] = set()
+    for cid, taken in sorted(match.extra_conditions.items()):
+        both = _both_branches(match, cid, taken, siblings, ix, matched_ids | {id(n) for n in finding.companions})
+        if both is not None:
+            both_ways.add(cid)
+            finding.companions.extend(n for n in both if n not in finding.companions)
+            matched_ids |= {id(n) for n in both}
 
     # 2. intermediates must not escape
     guards: list[frozenset] = []  # the original code must run when any of these conjunctions holds
     pattern = match.pattern or rule.patterns[0]
     consumed = {v for stmt in pattern.stmts for v in stmt.data_args}
-    sink_nodes = [n for key, n in match.nodes.items() if key not in consumed]  # the root and other sinks
+    # the root and other sinks (not a node that no statement names: an identity cast the match passed
+    # through, a node a regrouped product stands for)
+    sink_nodes = [n for key, n in match.nodes.items() if key not in consumed and not key.startswith("~")]
     root_outputs = {name for n in sink_nodes for name in n.outputs}
     scores = _score_shaped(match)
     for node in nodes:
@@ -382,7 +392,7 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding | N
 
     # 3. decisions the match depends on beyond its root's own guard
     for cid, taken in sorted(match.extra_conditions.items()):
-        if _covered(match, cid, taken, siblings, ix):
+        if cid in both_ways or _covered(match, cid, taken, siblings, ix):
             continue
         guards.append(frozenset({(match.cond_text.get(cid, f"<condition {cid}>"), not taken)}))
 
@@ -455,6 +465,52 @@ def _covered(match: Match, cid: int, taken: bool, siblings: list[Match], ix: Met
             match.optional.update(names)
             return True
     return False
+
+
+def _both_branches(match: Match, cid: int, taken: bool, siblings: list[Match], ix: MethodIndex,
+                   removed: set[int]) -> list[Node] | None:
+    """A decision is covered when the other branch computes the same rewrite: a sibling match of the
+    same pattern takes the other branch, matches the same statements (none absent on one branch
+    only, some computed in each branch), agrees on every other decision and on every node outside the branch, meets the rule's
+    constraints, and binds what the template reads to the same values (the
+    mean over the trailing len(N) axes on one branch, over the last axis on the other where an assert
+    proves len(N) == 1). The kernel then runs on both paths; the other branch's nodes, its
+    companions and the merges of the two go with the match (returned), where nothing else reads
+    them. None where no sibling does."""
+    if not match.rule.rewrite:
+        return None  # a rule that only detects: what the original computes on each path is not asked
+    names = set(re.findall(r"\$([A-Za-z_]\w*)", match.rule.rewrite))
+
+    def outside(m: Match) -> set[int]:
+        return {id(n) for n in m.nodes.values() if not any(c.id == cid for c in n.guard)}
+
+    def steps(m: Match) -> tuple[set[str], list[str]]:  # the statements matched, and those absent
+        return {k for k in m.nodes if not k.startswith("~")}, sorted(m.skipped)
+
+    def within(m: Match, side: bool) -> bool:  # some matched step is computed on that branch
+        return any(c.id == cid and c.taken == side for n in m.nodes.values() for c in n.guard)
+
+    if not within(match, taken):
+        return None
+    for other in siblings:
+        if other is match or other.pattern is not match.pattern or other.relaxed or steps(other) != steps(match) \
+                or not within(other, not taken) \
+                or other.conditions.get(cid) != (not taken) or outside(other) != outside(match) \
+                or any(match.conditions.get(c, t) != t for c, t in other.conditions.items() if c != cid) \
+                or any(other.conditions.get(c, t) != t for c, t in match.conditions.items() if c != cid):
+            continue
+        if any(constraints.CHECKS[name](other, ix) for name in match.rule.constraints):
+            continue
+        bound = {n for n in names if n in match.bindings}
+        if bound != {n for n in names if n in other.bindings} \
+                or any(match.bindings[n] != other.bindings[n] for n in bound):
+            continue
+        nodes = [n for n in [*other.nodes.values(), *other.companions] if id(n) not in removed]
+        merges = [n for n in ix.method.nodes if n.kind == "phi" and n.kwarg("if") == Const(cid)]
+        kept = {id(n) for n in nodes} | {id(n) for n in merges} | removed
+        if all(id(u) in kept for n in nodes for name in n.outputs for u in ix.uses.get(name, ())):
+            return nodes
+    return None
 
 
 # optional statements that only scale the scores, and the binding holding each one's factor

@@ -83,6 +83,9 @@ class _Tidy(cst.CSTTransformer):
         updated = updated.with_changes(value=_unwrap(updated.value, _ATOM))
         cast = _dtype_cast(updated.value)
         if cast is None:
+            receiver = _moved(updated.value)
+            if receiver is not None and updated.attr.value in _KEPT_BY_MOVES:  # `x.to(dtype).shape` is x.shape
+                return updated.with_changes(value=receiver)
             return updated
         receiver, dtype = cast
         if updated.attr.value == "dtype":  # `q.to(torch.float32).dtype` is torch.float32
@@ -102,6 +105,7 @@ class _Tidy(cst.CSTTransformer):
 
 
 _KEPT_BY_CASTS = {"shape", "size", "device", "ndim", "dim", "numel"}
+_KEPT_BY_MOVES = _KEPT_BY_CASTS - {"device"}  # whatever `.to(v)` is given, a dtype or a device
 _DTYPES = {"float32", "float", "float16", "half", "bfloat16", "float64", "double"}
 _CAST_METHODS = {"float": "float32", "half": "float16", "double": "float64", "bfloat16": "bfloat16"}
 
@@ -121,6 +125,15 @@ def _dtype_cast(node: cst.BaseExpression) -> tuple[cst.BaseExpression, cst.BaseE
             and arg.attr.value in _DTYPES:
         return node.func.value, arg.with_changes(lpar=[], rpar=[])
     return None
+
+
+def _moved(node: cst.BaseExpression) -> cst.BaseExpression | None:
+    """x where `node` is `x.to(v)` with one positional argument: a change of dtype or device only."""
+    if not isinstance(node, cst.Call) or not isinstance(node.func, cst.Attribute) or node.func.attr.value != "to":
+        return None
+    if len(node.args) != 1 or node.args[0].keyword is not None or node.args[0].star:
+        return None
+    return node.func.value
 
 
 def tidy(expr: cst.BaseExpression) -> cst.BaseExpression:

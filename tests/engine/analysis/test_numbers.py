@@ -7,7 +7,7 @@ import ast
 
 import pytest
 
-from engine.analysis.numbers import ast_number, call_site_values
+from engine.analysis.numbers import ast_number, attribute_int_values, call_site_values
 
 SOURCE = '''
 def _helper(q, scale=None):
@@ -52,3 +52,43 @@ def test_a_use_that_is_not_a_plain_call_proves_nothing(edit, cls, name):
 ])
 def test_number_expressions(text, none_ok, expected):
     assert ast_number(ast.parse(text, mode="eval").body, none_ok) is expected
+
+
+NORM_SOURCE = '''
+from functools import partial
+
+class Norm:
+    def __init__(self, feats, stable=False, dim=-1):
+        self.stable = stable
+        self.dim = dim
+
+ChanNorm = partial(Norm, dim=-3)
+
+class Block:
+    def __init__(self, d):
+        self.dim = d  # another class's own attribute
+        self.a = Norm(d)
+        self.b = ChanNorm(d, stable=True)
+        self.c = Norm(d, False, -2)
+'''
+
+
+def test_an_attribute_set_from_a_parameter_holds_what_every_construction_passes():
+    assert attribute_int_values(ast.parse(NORM_SOURCE), "Norm", "dim") == frozenset({-1, -2, -3})
+    constant = NORM_SOURCE.replace("self.dim = dim", "self.dim = 1")
+    assert attribute_int_values(ast.parse(constant), "Norm", "dim") == frozenset({1})
+
+
+@pytest.mark.parametrize("edit", [
+    ("Norm(d, False, -2)", "Norm(d, False, d)"),  # not a literal
+    ("Norm(d, False, -2)", "Norm(d, dim=(1, 2))"),  # a tuple of axes
+    ("ChanNorm(d, stable=True)", "ChanNorm(d, dim=d)"),  # through the partial
+    ("ChanNorm(d, stable=True)", "ChanNorm(*d)"),  # unpacked arguments
+    ("self.a = Norm(d)", "self.a = [Norm][0](d)"),  # the class passed as a value
+    ("class Block:", "class Sub(Norm):\n    pass\n\nclass Block:"),  # a subclass constructs it out of sight
+    ("self.stable = stable", "self.stable = stable\n        if stable:\n            self.dim = 1"),  # set twice
+    ("self.c = Norm(d, False, -2)", "self.c = Norm(d, False, -2)\n        self.a.dim = d"),  # set from outside
+    ("self.dim = dim", "self.dim = dim * 2"),  # computed
+])
+def test_an_attribute_not_proven_an_integer(edit):
+    assert attribute_int_values(ast.parse(NORM_SOURCE.replace(*edit)), "Norm", "dim") is None

@@ -136,3 +136,17 @@ h = tuple(range(-len(self.shape), 0)) + tuple(range(-1, -k - 1, -1))
         assert found is not None and getattr(found[0], "text", None) == "self.shape", name
     for name in "efgh":  # one axis short, the leading axes, twice as many, two lengths
         assert f.trailing_axes(last(m, name)) is None, name
+
+
+def test_dtype_facts_follow_elementwise_math_and_casts():
+    f, m = facts("dtype = x.dtype\nm = x.amax(dim=-1, keepdim=True).detach()\ny = x / m\n"
+                 "v = torch.var(y, dim=-1, unbiased=False, keepdim=True)\nr = (v + 1e-5).rsqrt()\n"
+                 "a = r.type(dtype)\nb = r.float()\nc = b.float()\nd = r.to(w.dtype)\ne = r.type_as(x)\n"
+                 "g = (r * w).type(dtype)", params="x, w")
+    assert f.dtype(last(m, "r")) == "@x"
+    cast = {n.outputs[0]: n for n in m.nodes if n.outputs}
+    assert f.identity_cast(cast[last(m, "a").name]) and f.identity_cast(cast[last(m, "e").name])
+    assert f.identity_cast(cast[last(m, "c").name])  # float32 already
+    assert not f.identity_cast(cast[last(m, "b").name])  # x's dtype is not known to be float32
+    assert not f.identity_cast(cast[last(m, "d").name])  # another tensor's dtype
+    assert not f.identity_cast(cast[last(m, "g").name])  # r * w: two tensors of unrelated dtypes

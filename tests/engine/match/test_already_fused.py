@@ -160,3 +160,26 @@ class Norm(nn.Module):
     assert plain_statuses, "control: the manual layer norm helper alone is a finding"
     assert all(s in ("rewritten", "guarded") for s in plain_statuses)
     assert fused_statuses and all(s == "already-fused" for s in fused_statuses)
+
+
+def test_a_public_module_function_is_no_fallback_through_its_call_sites_here():
+    # timm's rms_norm: fast_rms_norm calls it beside F.rms_norm, and RmsNorm (another module) calls
+    # it whenever fast norm is off; a private helper counts through its call sites as before
+    body = """
+def layer_norm_cf(x, weight, bias, eps: float):
+    u = x.mean(dim=-1, keepdim=True)
+    s = (x - u).pow(2).mean(dim=-1, keepdim=True)
+    x = (x - u) / torch.sqrt(s + eps)
+    x = x * weight + bias
+    return x
+
+
+def fast_layer_norm(x, weight, bias, eps: float):
+    if x.is_contiguous():
+        return F.layer_norm(x, x.shape[-1:], weight, bias, eps)
+    return layer_norm_cf(x, weight, bias, eps)
+"""
+    public = _statuses(body)
+    private = _statuses(body.replace("layer_norm_cf", "_layer_norm_cf"))
+    assert public and all(s in ("rewritten", "guarded") for s in public), public
+    assert private and all(s == "already-fused" for s in private), private
