@@ -78,6 +78,10 @@ class Match:
     pattern: Pattern | None = None  # the match block that matched
     # bindings that are None on some path the rewrite covers (the kernel takes them as None there)
     optional: set[str] = field(default_factory=set)
+    # of those, the ones bound to a value computed from the variable that is None there (a mask
+    # cast to the scores' device, `mask.to(x.device)`): binding -> that variable's text, so the
+    # kernel gets `<value> if <variable> is not None else None`
+    optional_through: dict[str, str] = field(default_factory=dict)
     # score factors applied on one branch only: binding -> (the condition's text, the branch taken)
     conditional: dict[str, tuple[str, bool]] = field(default_factory=dict)
     # unmatched nodes a constraint found computing only arguments the rewrite drops (a tuple of axes

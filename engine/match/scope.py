@@ -464,6 +464,14 @@ def _covered(match: Match, cid: int, taken: bool, siblings: list[Match], ix: Met
         if names:
             match.optional.update(names)
             return True
+        # the binding is the variable moved or cast (`attention_mask.to(scores.device)`), which a
+        # None cannot be: the kernel gets the value where the variable is set and None elsewhere
+        cast = [key for key, v in match.bindings.items() if isinstance(v, Var) and key in ("mask", "mask2")
+                and not summed and isinstance(subject, Var) and _cast_of(v, subject, ix)]
+        if cast:
+            match.optional.update(cast)
+            match.optional_through.update({key: _source_name(subject.name) for key in cast})
+            return True
     return False
 
 
@@ -511,6 +519,16 @@ def _both_branches(match: Match, cid: int, taken: bool, siblings: list[Match], i
         if all(id(u) in kept for n in nodes for name in n.outputs for u in ix.uses.get(name, ())):
             return nodes
     return None
+
+
+_MOVES = {".to", ".type", ".float", ".half", ".bfloat16", ".type_as", ".contiguous"}
+
+
+def _cast_of(value: Var, subject: Var, ix: MethodIndex) -> bool:
+    """`value` is `subject` moved or cast (`.to(device)`, `.to(dtype)`, `.float()`), nothing else."""
+    node = ix.defs.get(value.name)
+    return node is not None and node.kind == "op" and node.op in _MOVES and bool(node.inputs) \
+        and node.inputs[0] == subject
 
 
 # optional statements that only scale the scores, and the binding holding each one's factor

@@ -171,6 +171,10 @@ def lookup(match: Match, base: Callable[[str], str | None],
             if not terms:
                 return None
             text = " + ".join(terms)
+            through = match.optional_through.get("mask") or match.optional_through.get("mask2")
+            if through is not None and len(terms) == 1:
+                # `attention_mask.to(q.device)` where the mask may be None: None passes as it is
+                return f"{text} if {through} is not None else None"
             if match.optional & {"mask", "mask2"} and "fmask" in match.bindings:
                 # the fill's mask is built around the additive one (`torch.where(fmask, -inf, mask)`),
                 # which takes no None: where the code adds it only when present, so does the rewrite

@@ -126,3 +126,31 @@ def test_a_read_of_the_whole_shape_still_escapes():
     assert new == WHOLE
     assert [f.status for f in findings] == ["near-miss"]
     assert "escapes" in (findings[0].reason or "")
+
+
+# BLIP's text attention: the optional mask moved to the scores' device before it is added
+MOVED_MASK = '''
+import torch
+from torch import nn
+
+
+class Moved(nn.Module):
+    def forward(self, q, k, v, attention_mask=None):
+        scores = torch.matmul(q, k.transpose(-1, -2)) * 0.25
+        if attention_mask is not None:
+            scores = scores + attention_mask.to(scores.device)
+        return torch.matmul(scores.softmax(dim=-1), v)
+'''
+
+
+def test_an_optional_mask_moved_to_the_scores_device_is_passed_not_guarded():
+    findings, new = _scan(MOVED_MASK)
+    assert [f.status for f in findings] == ["rewritten"], [(f.status, f.reason) for f in findings]
+    flat = " ".join(new.split())
+    assert "attn_mask=attention_mask.to(q.device) if attention_mask is not None else None" in flat, new
+    a, b = _load(MOVED_MASK, "Moved")(), _load(new, "Moved")()
+    q, k, v = (torch.randn(2, 2, 4, 8, dtype=torch.float64) for _ in range(3))
+    mask = torch.zeros(2, 1, 1, 4, dtype=torch.float64)
+    mask[0, ..., -1] = torch.finfo(torch.float64).min
+    for m in (None, mask):
+        torch.testing.assert_close(b(q, k, v, m), a(q, k, v, m), rtol=1e-10, atol=1e-12)
