@@ -245,6 +245,12 @@ def extract_source(text: str, path: str = "<string>", module: str = "") -> FileM
         # the parser reports overflowing its own stack (thousands of nested lambdas) as MemoryError
         why = str(exc) if not isinstance(exc, MemoryError) else "nested too deeply for the parser's stack"
         return FileModel(path, module, (), (Diagnostic(path, 0, f"does not parse: {why}", "error"),))
+    return extract_tree(tree, text, path, module)
+
+
+def extract_tree(tree: ast.Module, text: str, path: str = "<string>", module: str = "") -> FileModel:
+    """`extract_source` of `text` whose `ast` parse `tree` the caller has made already (a scan
+    parses a file once for extraction and the steps after it). The tree is read, never changed."""
     src = Source(text, path)
     token = _SOURCE.set(src)
     # Extraction allocates many small objects and frees none: the cyclic collector would only

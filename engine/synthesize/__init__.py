@@ -134,9 +134,8 @@ def _compiles(code: str, path: str) -> bool:
 def apply_findings(text: str, findings: list[Finding], style: Style | None = None, parsed=None) -> str:
     """`text` with `findings` rewritten (see the module's docstring). `parsed`: the caller's `ast`
     parse of `text` made on first use (`engine.match.fused.LazyParse`), where it has one."""
-    from engine.extract import extract_source
     from engine.match import find
-    from engine.match.fused import LazyParse, mark_already_fused
+    from engine.match.fused import LazyParse, extract_parsed, mark_already_fused
     from engine.suppression import apply_suppressions
 
     todo = [f for f in findings if f.status in REWRITABLE and f.match is not None]
@@ -167,10 +166,11 @@ def apply_findings(text: str, findings: list[Finding], style: Style | None = Non
         # only the classes with a region left for another round are extracted and matched again:
         # the others' edits are made and their failures known
         classes_text = _only_classes(text, again, tree, moved)
-        fm = extract_source(classes_text, file.path, file.module)
+        fm, classes_parsed = extract_parsed(classes_text, file.path, file.module)
         current = find([fm], rules, near_misses=False)
         # matched again: a fallback beside a fused path stays one, `# adopter: ignore` still holds
-        mark_already_fused(classes_text, file.module, current, {r.id: r.kernel for r in rules if r.kernel})
+        mark_already_fused(classes_text, file.module, current, {r.id: r.kernel for r in rules if r.kernel},
+                           classes_parsed)
         apply_suppressions(current, classes_text)
         todo = [f for f in current
                 if f.status in REWRITABLE and f.match is not None and _identity(f) not in state.failed]
