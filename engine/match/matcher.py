@@ -436,8 +436,9 @@ class _State:
         self.bindings: dict[str, Operand] = {}
         self.nodes: dict[str, Node] = {}
         self.conds: dict[int, bool] = {}
-        self.skipped: list[str] = []
-        self.relaxed: list[str] = []
+        # tuples: most states never add to these, and a copy then shares them
+        self.skipped: tuple[str, ...] = ()
+        self.relaxed: tuple[str, ...] = ()
         self.used: set[int] = set()
 
     def copy(self) -> _State:
@@ -445,8 +446,8 @@ class _State:
         other.bindings = dict(self.bindings)
         other.nodes = dict(self.nodes)
         other.conds = dict(self.conds)
-        other.skipped = list(self.skipped)
-        other.relaxed = list(self.relaxed)
+        other.skipped = self.skipped
+        other.relaxed = self.relaxed
         other.used = set(self.used)
         return other
 
@@ -478,21 +479,33 @@ class _Matcher:
     # -- statements ------------------------------------------------------------------------
 
     def match_stmt(self, index: int, stmt: PStmt, node: Node, state: _State):
-        """Yield states in which `node` matches `stmt` (and everything upstream of it)."""
+        """The states in which `node` matches `stmt` (and everything upstream of it), as an
+        iterator. The checks that need no search run when called (every caller iterates at once):
+        most attempts end there, without a generator."""
         self.attempts += 1
         if self.attempts > MAX_ATTEMPTS_PER_ROOT:
-            return
+            return ()
         if id(node) in state.used:
-            return
-        for alt in stmt.alternatives:
-            yield from self.match_call(index, stmt, alt, node, state)
+            return ()
+        alternatives = stmt.alternatives
+        if len(alternatives) == 1:
+            params = self.op_params(alternatives[0], node)
+            return () if params is None else self.match_call(index, stmt, alternatives[0], node, state, params)
+        calls = [(alt, params) for alt in alternatives if (params := self.op_params(alt, node)) is not None]
+        if not calls:
+            return ()
+        return self._match_calls(index, stmt, calls, node, state)
 
-    def match_call(self, index: int, stmt: PStmt, call: PStmt, node: Node, state: _State):
-        """`match_stmt` for one alternative call of the statement."""
-        params = self.op_params(call, node)
-        if params is None:
-            return
+    def _match_calls(self, index: int, stmt: PStmt, calls: list, node: Node, state: _State):
+        for alt, params in calls:
+            yield from self.match_call(index, stmt, alt, node, state, params)
+
+    def match_call(self, index: int, stmt: PStmt, call: PStmt, node: Node, state: _State,
+                   params: tuple[tuple[Operand, ...], dict[str, Operand]]):
+        """`match_stmt` for one alternative call of the statement, whose `op_params` are `params`."""
         inputs, kwargs = params
+        if not self._may_bind(call, node, inputs, kwargs, state):
+            return  # settled without copying the state: most attempts end here
         base = state.copy()
         if not self.add_guard(base, node.guard):
             return
@@ -506,14 +519,14 @@ class _Matcher:
             value = kwargs.get(name)
             if value is None:
                 if self.relaxed and parg.kind == "lit":
-                    base.relaxed.append(f"{name} not given")
+                    base.relaxed += (f"{name} not given",)
                     continue
                 if parg.kind == "any":
                     continue
                 return
             if parg.kind == "lit" and not _literal_equal(parg.value, value):
                 if self.relaxed:
-                    base.relaxed.append(f"{name}={render(value)} (rule: {parg.value!r})")
+                    base.relaxed += (f"{name}={render(value)} (rule: {parg.value!r})",)
                     continue
                 return
             if parg.kind == "var":
@@ -529,7 +542,7 @@ class _Matcher:
             if extra:
                 if not self.relaxed:
                     return
-                base.relaxed.append("unexpected " + ", ".join(f"{k}=" for k in extra))
+                base.relaxed += ("unexpected " + ", ".join(f"{k}=" for k in extra),)
         orders = [inputs]
         if node.op in ("add", "mul") and len(inputs) == 2 and len(call.args) == 2 and not self.rule.ordered:
             orders.append((inputs[1], inputs[0]))
@@ -539,6 +552,35 @@ class _Matcher:
             if len(ordered) != len(call.args):
                 continue
             yield from self.match_args(call.args, ordered, 0, base)
+
+    def _may_bind(self, call: PStmt, node: Node, inputs: tuple[Operand, ...], kwargs: dict[str, Operand],
+                  state: _State) -> bool:
+        """False where `match_call` would yield nothing for a reason that its state copy is not
+        needed to see: a branch decision of `node` against the state's, no argument count that
+        fits, and (not relaxed) a keyword missing or of another constant or an unexpected keyword.
+        A cheap conservative test run before the copy; True decides nothing."""
+        n = len(call.args)
+        if len(inputs) != n and not (call.open_kwargs and len(inputs) > n):
+            return False
+        conds = state.conds
+        for cond in node.guard:
+            have = conds.get(cond.id)
+            if have is not None and have != cond.taken:
+                return False
+        if self.relaxed:
+            return True
+        for name, parg in call.kwargs:
+            value = kwargs.get(name)
+            if value is None:
+                if parg.kind != "any":
+                    return False
+            elif parg.kind == "lit" and not _literal_equal(parg.value, value):
+                return False
+        if not call.open_kwargs and len(kwargs) > len(call.kwargs):
+            allowed = {name for name, _ in call.kwargs}
+            if any(k not in allowed and not _ignorable_kwarg(node, k) for k in kwargs):
+                return False
+        return True
 
     def op_params(self, stmt: PStmt, node: Node) -> tuple[tuple[Operand, ...], dict[str, Operand]] | None:
         for alt in stmt.ops:
@@ -570,7 +612,7 @@ class _Matcher:
                 yield from self.match_args(pargs, operands, i + 1, state)
             elif self.relaxed:
                 s = state.copy()
-                s.relaxed.append(f"{render(operand)} (rule: {parg.value!r})")
+                s.relaxed += (f"{render(operand)} (rule: {parg.value!r})",)
                 yield from self.match_args(pargs, operands, i + 1, s)
         else:
             for s in self.resolve(parg.value, operand, state):  # type: ignore[arg-type]
@@ -616,7 +658,7 @@ class _Matcher:
         if stmt.optional:
             # the optional statement is absent: its output is its first data input
             s = state.copy()
-            s.skipped.append(_stmt_key(stmt, index))
+            s.skipped += (_stmt_key(stmt, index),)
             first = stmt.data_args[0]
             yield from self.resolve(first, operand, s)
 
@@ -787,7 +829,7 @@ def match_pattern(rule: Rule, pattern: Pattern, index: MethodIndex, relaxed: boo
         for first in matcher.match_stmt(root_index, root, node, _State()):
             for state in complete(first, 0):
                 out.append(Match(rule, index.file, index.cls, index.method, node, state.nodes, state.bindings,
-                                 state.conds, index.cond_text, tuple(state.skipped), tuple(state.relaxed), pattern))
+                                 state.conds, index.cond_text, state.skipped, state.relaxed, pattern))
                 if extra and not state.relaxed:
                     break  # one exact completion per root is enough
     return out
