@@ -813,9 +813,12 @@ class _MethodExtractor:
                 outputs = (name,)
             else:
                 outputs = tuple(self.temp() for _ in range(n_out))
-        pos = self.positions.get(id(at))
-        if pos is None:
-            pos = self.src.pos(at)
+        positions = self.positions
+        key = id(at)
+        pos = positions.get(key)
+        if pos is None:  # Source.pos, inlined: most nodes are at a place of their own
+            pos = positions[key] = _new_pos(self.src.path, at.lineno, at.col_offset,  # type: ignore[attr-defined]
+                                            at.end_lineno, at.end_col_offset)  # type: ignore[attr-defined]
         self.nodes.append(_new_node(kind, op, inputs, kwargs, outputs, target, guard, pos, self.via))
         return outputs
 
