@@ -42,6 +42,7 @@ from engine.dsl.ir import (
     Seq,
     Sym,
     Var,
+    _collect_vars,
 )
 from engine.match.rule import OpAlt, PArg, Pattern, PStmt, Rule
 
@@ -76,7 +77,7 @@ class Match:
 
     @property
     def matched_nodes(self) -> list[Node]:
-        order = {id(n): i for i, n in enumerate(self.method.nodes)}
+        order = _node_order(self.method)
         return sorted(self.nodes.values(), key=lambda n: order.get(id(n), 0))
 
     @property
@@ -100,6 +101,19 @@ class Match:
         """Branch decisions beyond those under which the root node runs."""
         root_conds = {c.id for c in self.root.guard}
         return {cid: taken for cid, taken in self.conditions.items() if cid not in root_conds}
+
+
+# the method last asked for and its nodes' positions (a method's matches are analysed together);
+# one tuple, replaced whole (threads), holding the method: the ids stay its nodes' while it is held
+_ORDER: list[tuple[Method, dict[int, int]] | None] = [None]
+
+
+def _node_order(method: Method) -> dict[int, int]:
+    """id(node) -> its index in `method.nodes`."""
+    cached = _ORDER[0]
+    if cached is None or cached[0] is not method:
+        cached = _ORDER[0] = (method, {id(n): i for i, n in enumerate(method.nodes)})
+    return cached[1]
 
 
 @dataclass
@@ -367,9 +381,21 @@ class MethodIndex:
         """SSA name -> the nodes reading it (built on first use: only scope analysis needs it)."""
         if self._uses is None:
             uses: dict[str, list[Node]] = {}
+            add = uses.setdefault
             for node in self.method.nodes:
-                for name in node.data_inputs:
-                    uses.setdefault(name, []).append(node)
+                # `node.data_inputs`, in its order, without building the tuple
+                for operand in node.inputs:
+                    if isinstance(operand, Var):
+                        add(operand.name, []).append(node)
+                    elif isinstance(operand, Seq):
+                        for name in _seq_vars(operand):
+                            add(name, []).append(node)
+                for _, operand in node.kwargs:
+                    if isinstance(operand, Var):
+                        add(operand.name, []).append(node)
+                    elif isinstance(operand, Seq):
+                        for name in _seq_vars(operand):
+                            add(name, []).append(node)
             self._uses = uses
         return self._uses
 
@@ -427,6 +453,12 @@ class MethodIndex:
                 seen.add(id(node))
                 unique.append(node)
         return unique
+
+
+def _seq_vars(seq: Seq) -> list[str]:
+    names: list[str] = []
+    _collect_vars(seq, names)
+    return names
 
 
 class _State:
@@ -878,7 +910,7 @@ class FileIndexes:
         self.file = file
         self.training = list(iter_indexes(file))
         self._every: list[MethodIndex] | None = None
-        self._names: dict[bool, set[str]] = {}
+        self._holders: dict[bool, dict[str, list[int]]] = {}
 
     @property
     def every(self) -> list[MethodIndex]:
@@ -904,12 +936,23 @@ class FileIndexes:
         """The indexes of the methods where `rule` may match (see `needs`)."""
         common = needs(rule)[0]
         indexes = self.indexes(rule.anywhere)
-        names = self._names.get(rule.anywhere)
-        if names is None:
-            names = self._names[rule.anywhere] = set().union(*(ix.names for ix in indexes))
-        if not common.names <= names:
-            return []
-        return [ix for ix in indexes if ix.may_match(common)]
+        holders = self._holders.get(rule.anywhere)
+        if holders is None:  # name -> the positions of the indexes holding it, ascending
+            holders = self._holders[rule.anywhere] = {}
+            for i, ix in enumerate(indexes):
+                for name in ix.names:
+                    holders.setdefault(name, []).append(i)
+        if not common.names:
+            return [ix for ix in indexes if ix.may_match(common)]
+        rarest = None
+        for name in common.names:
+            held = holders.get(name)
+            if held is None:
+                return []  # no method has it
+            if rarest is None or len(held) < len(rarest):
+                rarest = held
+        # every index that may match holds each name: those holding the rarest one, in order
+        return [indexes[i] for i in rarest if indexes[i].may_match(common)]  # type: ignore[union-attr]
 
 
 def iter_indexes(file: FileModel, everywhere: bool = False):
