@@ -435,9 +435,8 @@ class MethodIndex:
             if alt.kind == "op":
                 out.extend(self.by_op.get(alt.name, ()))
                 out.extend(self.by_target.get(alt.name, ()))
-                for layer_type, (op, _) in C.LAYER_OPS.items():
-                    if op == alt.name:
-                        out.extend(self.by_op.get(layer_type, ()))
+                for layer_type in _layer_types_of(alt.name):
+                    out.extend(self.by_op.get(layer_type, ()))
             else:
                 if "*" in alt.name:
                     pattern = _glob(alt.name)
@@ -459,6 +458,13 @@ def _seq_vars(seq: Seq) -> list[str]:
     names: list[str] = []
     _collect_vars(seq, names)
     return names
+
+
+@lru_cache(maxsize=1024)
+def _layer_types_of(op: str) -> tuple[str, ...]:
+    """The layer types that stand for canonical op `op` (`softmax`: `torch.nn.Softmax`), in the
+    order of the table."""
+    return tuple(layer_type for layer_type, (name, _) in C.LAYER_OPS.items() if name == op)
 
 
 class _State:
@@ -694,11 +700,12 @@ class _Matcher:
             first = stmt.data_args[0]
             yield from self.resolve(first, operand, s)
 
-    def producers(self, operand: Operand, state: _State):
+    def producers(self, operand: Operand, state: _State) -> list | tuple:
         """The nodes that may produce `operand`, following assignments and, through `phi` merges,
-        each branch (recording the branch decision)."""
+        each branch (recording the branch decision), with the state for each: (node, state) pairs,
+        made at once (most operands have one producer, and a generator per operand costs more)."""
         if not isinstance(operand, Var):
-            return
+            return ()
         node = self.ix.defs.get(operand.name)
         depth = 0
         while node is not None and node.kind == "op" and node.op == "assign" and len(node.inputs) == 1 \
@@ -706,8 +713,9 @@ class _Matcher:
             node = self.ix.defs.get(node.inputs[0].name)
             depth += 1
         if node is None:
-            return
+            return ()
         if node.kind == "phi":
+            out: list = []
             cid_operand = node.kwarg("if")
             for position, branch in enumerate(node.inputs):
                 s = state.copy()
@@ -717,9 +725,9 @@ class _Matcher:
                     if s.conds.get(cid, taken) != taken:
                         continue
                     s.conds[cid] = taken
-                yield from self.producers(branch, s)
-            return
-        yield node, state
+                out.extend(self.producers(branch, s))
+            return out
+        return ((node, state),)
 
 
 def _ignorable_kwarg(node: Node, name: str) -> bool:
@@ -910,7 +918,7 @@ class FileIndexes:
         self.file = file
         self.training = list(iter_indexes(file))
         self._every: list[MethodIndex] | None = None
-        self._holders: dict[bool, dict[str, list[int]]] = {}
+        self._names: dict[bool, set[str]] = {}
 
     @property
     def every(self) -> list[MethodIndex]:
@@ -936,23 +944,13 @@ class FileIndexes:
         """The indexes of the methods where `rule` may match (see `needs`)."""
         common = needs(rule)[0]
         indexes = self.indexes(rule.anywhere)
-        holders = self._holders.get(rule.anywhere)
-        if holders is None:  # name -> the positions of the indexes holding it, ascending
-            holders = self._holders[rule.anywhere] = {}
-            for i, ix in enumerate(indexes):
-                for name in ix.names:
-                    holders.setdefault(name, []).append(i)
-        if not common.names:
-            return [ix for ix in indexes if ix.may_match(common)]
-        rarest = None
-        for name in common.names:
-            held = holders.get(name)
-            if held is None:
-                return []  # no method has it
-            if rarest is None or len(held) < len(rarest):
-                rarest = held
-        # every index that may match holds each name: those holding the rarest one, in order
-        return [indexes[i] for i in rarest if indexes[i].may_match(common)]  # type: ignore[union-attr]
+        names = self._names.get(rule.anywhere)
+        if names is None:
+            names = self._names[rule.anywhere] = set().union(*(ix.names for ix in indexes))
+        if not common.names <= names:
+            return []
+        need = common.names  # every index's names are made (above): most fail this test, without a call
+        return [ix for ix in indexes if need <= ix._names and ix.may_match(common)]  # type: ignore[operator]
 
 
 def iter_indexes(file: FileModel, everywhere: bool = False):
