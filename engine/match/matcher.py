@@ -460,6 +460,15 @@ def _seq_vars(seq: Seq) -> list[str]:
     return names
 
 
+@lru_cache(maxsize=8192)
+def _output_var(name: str) -> Var:
+    """`Var(name)` (a value: one object serves every match that binds it)."""
+    return Var(name)
+
+
+_NONE = Const(None)
+
+
 @lru_cache(maxsize=1024)
 def _layer_types_of(op: str) -> tuple[str, ...]:
     """The layer types that stand for canonical op `op` (`softmax`: `torch.nn.Softmax`), in the
@@ -551,7 +560,7 @@ class _Matcher:
         key = _stmt_key(stmt, index)
         base.nodes[key] = node
         if stmt.out:
-            base.bindings[stmt.out] = Var(node.outputs[0]) if node.outputs else Const(None)
+            base.bindings[stmt.out] = _output_var(node.outputs[0]) if node.outputs else _NONE
         # keywords first (cheap, no backtracking)
         for name, parg in call.kwargs:
             value = kwargs.get(name)
@@ -639,22 +648,30 @@ class _Matcher:
         return None
 
     def match_args(self, pargs: tuple[PArg, ...], operands: tuple[Operand, ...], i: int, state: _State):
-        if i == len(pargs):
+        n = len(pargs)
+        while i < n:  # arguments that bind nothing, in place (no generator for each)
+            parg = pargs[i]
+            if parg.kind == "any":
+                i += 1
+            elif parg.kind == "lit":
+                if not _literal_equal(parg.value, operands[i]):
+                    if self.relaxed:
+                        s = state.copy()
+                        s.relaxed += (f"{render(operands[i])} (rule: {parg.value!r})",)
+                        yield from self.match_args(pargs, operands, i + 1, s)
+                    return
+                i += 1
+            else:
+                break
+        if i == n:
             yield state
             return
-        parg, operand = pargs[i], operands[i]
-        if parg.kind == "any":
-            yield from self.match_args(pargs, operands, i + 1, state)
-        elif parg.kind == "lit":
-            if _literal_equal(parg.value, operand):
-                yield from self.match_args(pargs, operands, i + 1, state)
-            elif self.relaxed:
-                s = state.copy()
-                s.relaxed += (f"{render(operand)} (rule: {parg.value!r})",)
-                yield from self.match_args(pargs, operands, i + 1, s)
-        else:
-            for s in self.resolve(parg.value, operand, state):  # type: ignore[arg-type]
-                yield from self.match_args(pargs, operands, i + 1, s)
+        parg = pargs[i]
+        if i == n - 1:  # the last argument: its states are the call's
+            yield from self.resolve(parg.value, operands[i], state)  # type: ignore[arg-type]
+            return
+        for s in self.resolve(parg.value, operands[i], state):  # type: ignore[arg-type]
+            yield from self.match_args(pargs, operands, i + 1, s)
 
     def bind_free(self, state: _State, var: str, operand: Operand) -> bool:
         have = state.bindings.get(var)
@@ -677,9 +694,13 @@ class _Matcher:
         """Yield states where `operand` is the value of pattern variable `var`."""
         entry = self.definer.get(var)
         if entry is None:
-            s = state.copy()
-            if self.bind_free(s, var, operand):
+            have = state.bindings.get(var)
+            if have is None:
+                s = state.copy()
+                s.bindings[var] = operand
                 yield s
+            elif self.bind_free(state, var, operand):  # bound already: only compared, nothing changes
+                yield state.copy()
             return
         index, stmt = entry
         key = _stmt_key(stmt, index)
