@@ -43,6 +43,8 @@ class _BestEffortBuildExt(build_ext):
             _warn(f"compiling failed ({exc})")
             self._remove_outputs()
             return
+        if not self.extensions:
+            return  # nothing was compiled: a stamp now would vouch for a stale module beside the source
         for source in COMPILED:
             fullname = source.removesuffix(".py").replace("/", ".")
             target = Path(self.get_ext_fullpath(fullname)).parent / (Path(source).stem + ".native.json")

@@ -11,10 +11,9 @@ from pathlib import Path
 
 from engine.analysis import numbers
 from engine.dsl.ir import Diagnostic, FileModel
-from engine.extract import extract_source
 from engine.extract.imports import module_name_for
 from engine.match import Finding, find, load_rules
-from engine.match.fused import LazyParse, mark_already_fused
+from engine.match.fused import extract_parsed, mark_already_fused
 from engine.match.rule import Rule
 from engine.repo_files import MAX_DEPTH, MAX_FILES, UnsafePath, read_inside, walk_files
 from engine.suppression import apply_suppressions
@@ -104,8 +103,8 @@ def scan_source(text: str, rules: list[Rule], path: str = "model.py", module: st
     """Scan one source text; return the findings and the rewritten text (unchanged if none)."""
     from engine.synthesize import apply_findings
 
-    parsed = LazyParse(text)
-    findings = _find(extract_source(text, path, module), text, rules, parsed)
+    fm, parsed = extract_parsed(text, path, module)  # one parse, for extraction and what follows
+    findings = _find(fm, text, rules, parsed)
     rewrite = any(f.status in ("rewritten", "guarded") for f in findings)
     new_text = apply_findings(text, findings, parsed=parsed) if rewrite else text
     return findings, new_text
@@ -176,10 +175,9 @@ def scan_path(root: Path | str, *, rules: str | list[Rule] = "default", include:
         modules.setdefault(module, rel)
         if "Copied from" in text:
             marked[rel] = text
-        fm: FileModel = extract_source(text, rel, module)
+        fm, parsed = extract_parsed(text, rel, module)  # one parse for every step
         result.files_scanned += 1
         result.diagnostics.extend(fm.diagnostics)
-        parsed = LazyParse(text)
         findings = _find(fm, text, chosen, parsed)
         known_settings: dict[str, dict] = {}  # class -> its settings' defaults (engine/synthesize/defaults.py)
         result.findings.extend(findings)

@@ -245,6 +245,12 @@ def extract_source(text: str, path: str = "<string>", module: str = "") -> FileM
         # the parser reports overflowing its own stack (thousands of nested lambdas) as MemoryError
         why = str(exc) if not isinstance(exc, MemoryError) else "nested too deeply for the parser's stack"
         return FileModel(path, module, (), (Diagnostic(path, 0, f"does not parse: {why}", "error"),))
+    return extract_tree(tree, text, path, module)
+
+
+def extract_tree(tree: ast.Module, text: str, path: str = "<string>", module: str = "") -> FileModel:
+    """`extract_source` of `text` whose `ast` parse `tree` the caller has made already (a scan
+    parses a file once for extraction and the steps after it). The tree is read, never changed."""
     src = Source(text, path)
     token = _SOURCE.set(src)
     # Extraction allocates many small objects and frees none: the cyclic collector would only
@@ -316,7 +322,7 @@ class _FileExtractor:
             if isinstance(stmt, ast.FunctionDef):
                 self.functions[stmt.name] = stmt
             elif isinstance(stmt, ast.ClassDef):
-                bases = tuple(self.imports.qualify(b) or self.src.segment(b) for b in stmt.bases)
+                bases = tuple(_qualify(self.imports.names, b) or self.src.segment(b) for b in stmt.bases)
                 info = ClassInfo(stmt, bases)
                 for item in stmt.body:
                     if isinstance(item, ast.FunctionDef):
@@ -514,7 +520,7 @@ class _InitExtractor:
         fx = self.fx
         pos = fx.src.pos(at)
         if isinstance(value, ast.Call):
-            callee = fx.imports.qualify(value.func)
+            callee = _qualify(fx.imports.names, value.func)
             if callee is not None and _not_a_module(callee):
                 return None
             if callee is None:
@@ -551,7 +557,7 @@ class _InitExtractor:
         return None
 
     def subscript_type(self, value: ast.Subscript) -> str | None:
-        base = self.fx.imports.qualify(value.value)
+        base = _qualify(self.fx.imports.names, value.value)
         if base is None:
             return None
         short = base.rpartition(".")[2]
@@ -718,7 +724,7 @@ class _MethodExtractor:
             return text
         caller = self.caller_envs[-1]
         renames: dict[str, str] = {}
-        for node in ast.walk(test):
+        for node in _walk(test):
             if isinstance(node, (ast.Lambda, ast.comprehension)):
                 return HELPER_CONDITION + text
             if not isinstance(node, ast.Name) or node.id == "self":
@@ -807,9 +813,12 @@ class _MethodExtractor:
                 outputs = (name,)
             else:
                 outputs = tuple(self.temp() for _ in range(n_out))
-        pos = self.positions.get(id(at))
-        if pos is None:
-            pos = self.src.pos(at)
+        positions = self.positions
+        key = id(at)
+        pos = positions.get(key)
+        if pos is None:  # Source.pos, inlined: most nodes are at a place of their own
+            pos = positions[key] = _new_pos(self.src.path, at.lineno, at.col_offset,  # type: ignore[attr-defined]
+                                            at.end_lineno, at.end_col_offset)  # type: ignore[attr-defined]
         self.nodes.append(_new_node(kind, op, inputs, kwargs, outputs, target, guard, pos, self.via))
         return outputs
 
@@ -1367,7 +1376,7 @@ class _MethodExtractor:
         optimizers (`torch.optim.AdamW(self.parameters(), lr=self.lr)`), which rules rewrite."""
         if self.layer_target(func, scope) is not None:
             return True
-        name = self.fx.imports.qualify(func)
+        name = _qualify(self.fx.imports.names, func)
         return name is not None and name.startswith("torch.optim.")
 
     def call(self, e: ast.Call, scope: _Scope, guard: tuple[Cond, ...]) -> Operand:
@@ -1394,7 +1403,7 @@ class _MethodExtractor:
             receiver = self.data_expr(func.value, scope, guard)
             return self.op_call(func.attr, True, receiver, e, scope, guard)
         # 5. a function: torch.matmul(a, b), F.softmax(x, dim=-1), math.sqrt(d)
-        name = self.fx.imports.qualify(func)
+        name = _qualify(self.fx.imports.names, func)
         if name is None and isinstance(func, ast.Call):
             inline_layer = self.inline_layer_call(func, e, scope, guard)
             if inline_layer is not None:
@@ -1414,7 +1423,7 @@ class _MethodExtractor:
     def inline_layer_call(self, ctor: ast.Call, e: ast.Call, scope: _Scope, guard: tuple[Cond, ...]) -> Operand | None:
         """`nn.Softmax(dim=-1)(x)` (ImageGPT, CodeGen): the layer's op with its constructor's
         arguments as keywords, `softmax(x, dim=-1)`, when those arguments read no data."""
-        layer_type = self.fx.imports.qualify(ctor.func)
+        layer_type = _qualify(self.fx.imports.names, ctor.func)
         if layer_type not in self._INLINE_LAYERS or len(e.args) != 1 or e.keywords \
                 or any(type(a) is ast.Starred for a in ctor.args) or any(k.arg is None for k in ctor.keywords) \
                 or any(_has_data(a, scope) for a in [*ctor.args, *(k.value for k in ctor.keywords)]):
@@ -1690,7 +1699,23 @@ TOPLEVEL = "__toplevel__"
 
 
 def _calls_something(stmt: ast.stmt) -> bool:
-    return any(isinstance(node, ast.Call) for node in ast.walk(stmt))
+    todo: list[ast.AST] = [stmt]  # `_walk`, stopping at the first call
+    append = todo.append
+    for node in todo:
+        if isinstance(node, _Call):
+            return True
+        for name in node._fields:
+            try:
+                value = getattr(node, name)
+            except AttributeError:
+                continue
+            if isinstance(value, _AST):
+                append(value)
+            elif isinstance(value, list):
+                for item in value:
+                    if isinstance(item, _AST):
+                        append(item)
+    return False
 
 
 def _parenthesize(text: str) -> str:
@@ -1994,11 +2019,44 @@ def _data_names(e: ast.AST, scope: _Scope) -> list[str]:
     return list(seen)
 
 
+def _qualify(names: dict[str, str], expr: Any) -> str | None:
+    """`engine.extract.imports.qualify_chain(expr, names)`, compiled with the extractor (it runs for
+    every call and every layer built)."""
+    attrs: list[str] = []
+    while isinstance(expr, _Attribute):
+        attrs.append(expr.attr)
+        expr = expr.value
+    if not isinstance(expr, _Name):
+        return None
+    head = names.get(expr.id, expr.id)
+    return head + "." + ".".join(reversed(attrs)) if attrs else head
+
+
+def _walk(e: ast.AST) -> list[ast.AST]:
+    """The nodes of `e`'s subtree, breadth first like `ast.walk` (which is not compiled: this runs
+    for every condition of an inlined helper)."""
+    todo: list[ast.AST] = [e]
+    append = todo.append
+    for node in todo:  # grows while it is walked
+        for name in node._fields:
+            try:
+                value = getattr(node, name)
+            except AttributeError:
+                continue
+            if isinstance(value, _AST):
+                append(value)
+            elif isinstance(value, list):
+                for item in value:
+                    if isinstance(item, _AST):
+                        append(item)
+    return todo
+
+
 def _renamed(text: str, test: ast.expr, renames: dict[str, str]) -> str:
     """`text` (the source of `test`) with the names in `renames` replaced where they occur."""
     lines = text.split("\n")
     edits: list[tuple[int, int, int, str]] = []
-    for node in ast.walk(test):
+    for node in _walk(test):
         if isinstance(node, ast.Name) and node.id in renames and node.end_col_offset is not None:
             row = node.lineno - test.lineno
             if row >= len(lines) or not lines[row].isascii():

@@ -24,6 +24,8 @@ import ast
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from engine.dsl.ir import FileModel
+from engine.extract import extract_source, extract_tree
 from engine.extract.imports import Imports
 
 # Library kernels that compute what a rule's kernel computes: a call of one of these (a qualified
@@ -265,8 +267,9 @@ class LazyParse:
     """`text`'s `ast` parse, made when first asked for (None where it does not parse); `made` says
     whether it was."""
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, path: str = "<unknown>") -> None:
         self.text = text
+        self.path = path
         self.made = False
         self._tree: ast.Module | None = None
 
@@ -274,10 +277,19 @@ class LazyParse:
         if not self.made:
             self.made = True
             try:
-                self._tree = ast.parse(self.text)
+                self._tree = ast.parse(self.text, filename=self.path)
             except (SyntaxError, ValueError, RecursionError, MemoryError):
                 self._tree = None
         return self._tree
+
+
+def extract_parsed(text: str, path: str, module: str) -> tuple[FileModel, LazyParse]:
+    """The file's structure and its `ast` parse, made once for both: extraction reads the parse
+    that the steps after matching (the already-fused check, synthesis) share. A text that does not
+    parse is extracted as `extract_source` does (its diagnostic)."""
+    parsed = LazyParse(text, path)
+    tree = parsed()
+    return (extract_source(text, path, module) if tree is None else extract_tree(tree, text, path, module)), parsed
 
 
 def mark_already_fused(text: str, module: str, findings: list, kernels: dict[str, str],

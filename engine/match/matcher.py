@@ -45,6 +45,7 @@ from engine.dsl.ir import (
     Seq,
     Sym,
     Var,
+    _collect_vars,
 )
 from engine.match.rule import OpAlt, PArg, Pattern, PStmt, Rule
 
@@ -90,7 +91,7 @@ class Match:
 
     @property
     def matched_nodes(self) -> list[Node]:
-        order = {id(n): i for i, n in enumerate(self.method.nodes)}
+        order = _node_order(self.method)
         return sorted(self.nodes.values(), key=lambda n: order.get(id(n), 0))
 
     @property
@@ -114,6 +115,19 @@ class Match:
         """Branch decisions beyond those under which the root node runs."""
         root_conds = {c.id for c in self.root.guard}
         return {cid: taken for cid, taken in self.conditions.items() if cid not in root_conds}
+
+
+# the method last asked for and its nodes' positions (a method's matches are analysed together);
+# one tuple, replaced whole (threads), holding the method: the ids stay its nodes' while it is held
+_ORDER: list[tuple[Method, dict[int, int]] | None] = [None]
+
+
+def _node_order(method: Method) -> dict[int, int]:
+    """id(node) -> its index in `method.nodes`."""
+    cached = _ORDER[0]
+    if cached is None or cached[0] is not method:
+        cached = _ORDER[0] = (method, {id(n): i for i, n in enumerate(method.nodes)})
+    return cached[1]
 
 
 @dataclass
@@ -387,9 +401,21 @@ class MethodIndex:
         """SSA name -> the nodes reading it (built on first use: only scope analysis needs it)."""
         if self._uses is None:
             uses: dict[str, list[Node]] = {}
+            add = uses.setdefault
             for node in self.method.nodes:
-                for name in node.data_inputs:
-                    uses.setdefault(name, []).append(node)
+                # `node.data_inputs`, in its order, without building the tuple
+                for operand in node.inputs:
+                    if isinstance(operand, Var):
+                        add(operand.name, []).append(node)
+                    elif isinstance(operand, Seq):
+                        for name in _seq_vars(operand):
+                            add(name, []).append(node)
+                for _, operand in node.kwargs:
+                    if isinstance(operand, Var):
+                        add(operand.name, []).append(node)
+                    elif isinstance(operand, Seq):
+                        for name in _seq_vars(operand):
+                            add(name, []).append(node)
             self._uses = uses
         return self._uses
 
@@ -501,9 +527,8 @@ class MethodIndex:
                 out.extend(self.by_op.get(alt.name, ()))
                 out.extend(self.views.get(alt.name, ()))
                 out.extend(self.by_target.get(alt.name, ()))
-                for layer_type, (op, _) in C.LAYER_OPS.items():
-                    if op == alt.name:
-                        out.extend(self.by_op.get(layer_type, ()))
+                for layer_type in _layer_types_of(alt.name):
+                    out.extend(self.by_op.get(layer_type, ()))
             else:
                 if "*" in alt.name:
                     pattern = _glob(alt.name)
@@ -521,6 +546,28 @@ class MethodIndex:
         return unique
 
 
+def _seq_vars(seq: Seq) -> list[str]:
+    names: list[str] = []
+    _collect_vars(seq, names)
+    return names
+
+
+@lru_cache(maxsize=8192)
+def _output_var(name: str) -> Var:
+    """`Var(name)` (a value: one object serves every match that binds it)."""
+    return Var(name)
+
+
+_NONE = Const(None)
+
+
+@lru_cache(maxsize=1024)
+def _layer_types_of(op: str) -> tuple[str, ...]:
+    """The layer types that stand for canonical op `op` (`softmax`: `torch.nn.Softmax`), in the
+    order of the table."""
+    return tuple(layer_type for layer_type, (name, _) in C.LAYER_OPS.items() if name == op)
+
+
 class _State:
     __slots__ = ("bindings", "nodes", "conds", "skipped", "relaxed", "used")
 
@@ -528,8 +575,9 @@ class _State:
         self.bindings: dict[str, Operand] = {}
         self.nodes: dict[str, Node] = {}
         self.conds: dict[int, bool] = {}
-        self.skipped: list[str] = []
-        self.relaxed: list[str] = []
+        # tuples: most states never add to these, and a copy then shares them
+        self.skipped: tuple[str, ...] = ()
+        self.relaxed: tuple[str, ...] = ()
         self.used: set[int] = set()
 
     def copy(self) -> _State:
@@ -537,8 +585,8 @@ class _State:
         other.bindings = dict(self.bindings)
         other.nodes = dict(self.nodes)
         other.conds = dict(self.conds)
-        other.skipped = list(self.skipped)
-        other.relaxed = list(self.relaxed)
+        other.skipped = self.skipped
+        other.relaxed = self.relaxed
         other.used = set(self.used)
         return other
 
@@ -570,21 +618,33 @@ class _Matcher:
     # -- statements ------------------------------------------------------------------------
 
     def match_stmt(self, index: int, stmt: PStmt, node: Node, state: _State):
-        """Yield states in which `node` matches `stmt` (and everything upstream of it)."""
+        """The states in which `node` matches `stmt` (and everything upstream of it), as an
+        iterator. The checks that need no search run when called (every caller iterates at once):
+        most attempts end there, without a generator."""
         self.attempts += 1
         if self.attempts > MAX_ATTEMPTS_PER_ROOT:
-            return
+            return ()
         if id(node) in state.used:
-            return
-        for alt in stmt.alternatives:
-            yield from self.match_call(index, stmt, alt, node, state)
+            return ()
+        alternatives = stmt.alternatives
+        if len(alternatives) == 1:
+            params = self.op_params(alternatives[0], node)
+            return () if params is None else self.match_call(index, stmt, alternatives[0], node, state, params)
+        calls = [(alt, params) for alt in alternatives if (params := self.op_params(alt, node)) is not None]
+        if not calls:
+            return ()
+        return self._match_calls(index, stmt, calls, node, state)
 
-    def match_call(self, index: int, stmt: PStmt, call: PStmt, node: Node, state: _State):
-        """`match_stmt` for one alternative call of the statement."""
-        params = self.op_params(call, node)
-        if params is None:
-            return
+    def _match_calls(self, index: int, stmt: PStmt, calls: list, node: Node, state: _State):
+        for alt, params in calls:
+            yield from self.match_call(index, stmt, alt, node, state, params)
+
+    def match_call(self, index: int, stmt: PStmt, call: PStmt, node: Node, state: _State,
+                   params: tuple[tuple[Operand, ...], dict[str, Operand]]):
+        """`match_stmt` for one alternative call of the statement, whose `op_params` are `params`."""
         inputs, kwargs = params
+        if not self._may_bind(call, node, inputs, kwargs, state):
+            return  # settled without copying the state: most attempts end here
         base = state.copy()
         if not self.add_guard(base, node.guard):
             return
@@ -592,20 +652,20 @@ class _Matcher:
         key = _stmt_key(stmt, index)
         base.nodes[key] = node
         if stmt.out:
-            base.bindings[stmt.out] = Var(node.outputs[0]) if node.outputs else Const(None)
+            base.bindings[stmt.out] = _output_var(node.outputs[0]) if node.outputs else _NONE
         # keywords first (cheap, no backtracking)
         for name, parg in call.kwargs:
             value = kwargs.get(name)
             if value is None:
                 if self.relaxed and parg.kind == "lit":
-                    base.relaxed.append(f"{name} not given")
+                    base.relaxed += (f"{name} not given",)
                     continue
                 if parg.kind == "any":
                     continue
                 return
             if parg.kind == "lit" and not _literal_equal(parg.value, value):
                 if self.relaxed:
-                    base.relaxed.append(f"{name}={render(value)} (rule: {parg.value!r})")
+                    base.relaxed += (f"{name}={render(value)} (rule: {parg.value!r})",)
                     continue
                 return
             if parg.kind == "var":
@@ -621,7 +681,7 @@ class _Matcher:
             if extra:
                 if not self.relaxed:
                     return
-                base.relaxed.append("unexpected " + ", ".join(f"{k}=" for k in extra))
+                base.relaxed += ("unexpected " + ", ".join(f"{k}=" for k in extra),)
         orders = [inputs]
         if node.op in ("add", "mul") and len(inputs) == 2 and len(call.args) == 2 and not self.rule.ordered:
             orders.append((inputs[1], inputs[0]))
@@ -631,6 +691,35 @@ class _Matcher:
             if len(ordered) != len(call.args):
                 continue
             yield from self.match_args(call.args, ordered, 0, base)
+
+    def _may_bind(self, call: PStmt, node: Node, inputs: tuple[Operand, ...], kwargs: dict[str, Operand],
+                  state: _State) -> bool:
+        """False where `match_call` would yield nothing for a reason that its state copy is not
+        needed to see: a branch decision of `node` against the state's, no argument count that
+        fits, and (not relaxed) a keyword missing or of another constant or an unexpected keyword.
+        A cheap conservative test run before the copy; True decides nothing."""
+        n = len(call.args)
+        if len(inputs) != n and not (call.open_kwargs and len(inputs) > n):
+            return False
+        conds = state.conds
+        for cond in node.guard:
+            have = conds.get(cond.id)
+            if have is not None and have != cond.taken:
+                return False
+        if self.relaxed:
+            return True
+        for name, parg in call.kwargs:
+            value = kwargs.get(name)
+            if value is None:
+                if parg.kind != "any":
+                    return False
+            elif parg.kind == "lit" and not _literal_equal(parg.value, value):
+                return False
+        if not call.open_kwargs and len(kwargs) > len(call.kwargs):
+            allowed = {name for name, _ in call.kwargs}
+            if any(k not in allowed and not _ignorable_kwarg(node, k) for k in kwargs):
+                return False
+        return True
 
     def op_params(self, stmt: PStmt, node: Node) -> tuple[tuple[Operand, ...], dict[str, Operand]] | None:
         for alt in stmt.ops:
@@ -651,22 +740,30 @@ class _Matcher:
         return None
 
     def match_args(self, pargs: tuple[PArg, ...], operands: tuple[Operand, ...], i: int, state: _State):
-        if i == len(pargs):
+        n = len(pargs)
+        while i < n:  # arguments that bind nothing, in place (no generator for each)
+            parg = pargs[i]
+            if parg.kind == "any":
+                i += 1
+            elif parg.kind == "lit":
+                if not _literal_equal(parg.value, operands[i]):
+                    if self.relaxed:
+                        s = state.copy()
+                        s.relaxed += (f"{render(operands[i])} (rule: {parg.value!r})",)
+                        yield from self.match_args(pargs, operands, i + 1, s)
+                    return
+                i += 1
+            else:
+                break
+        if i == n:
             yield state
             return
-        parg, operand = pargs[i], operands[i]
-        if parg.kind == "any":
-            yield from self.match_args(pargs, operands, i + 1, state)
-        elif parg.kind == "lit":
-            if _literal_equal(parg.value, operand):
-                yield from self.match_args(pargs, operands, i + 1, state)
-            elif self.relaxed:
-                s = state.copy()
-                s.relaxed.append(f"{render(operand)} (rule: {parg.value!r})")
-                yield from self.match_args(pargs, operands, i + 1, s)
-        else:
-            for s in self.resolve(parg.value, operand, state):  # type: ignore[arg-type]
-                yield from self.match_args(pargs, operands, i + 1, s)
+        parg = pargs[i]
+        if i == n - 1:  # the last argument: its states are the call's
+            yield from self.resolve(parg.value, operands[i], state)  # type: ignore[arg-type]
+            return
+        for s in self.resolve(parg.value, operands[i], state):  # type: ignore[arg-type]
+            yield from self.match_args(pargs, operands, i + 1, s)
 
     def bind_free(self, state: _State, var: str, operand: Operand) -> bool:
         have = state.bindings.get(var)
@@ -689,9 +786,13 @@ class _Matcher:
         """Yield states where `operand` is the value of pattern variable `var`."""
         entry = self.definer.get(var)
         if entry is None:
-            s = state.copy()
-            if self.bind_free(s, var, operand):
+            have = state.bindings.get(var)
+            if have is None:
+                s = state.copy()
+                s.bindings[var] = operand
                 yield s
+            elif self.bind_free(state, var, operand):  # bound already: only compared, nothing changes
+                yield state.copy()
             return
         index, stmt = entry
         key = _stmt_key(stmt, index)
@@ -708,15 +809,16 @@ class _Matcher:
         if stmt.optional:
             # the optional statement is absent: its output is its first data input
             s = state.copy()
-            s.skipped.append(_stmt_key(stmt, index))
+            s.skipped += (_stmt_key(stmt, index),)
             first = stmt.data_args[0]
             yield from self.resolve(first, operand, s)
 
-    def producers(self, operand: Operand, state: _State):
+    def producers(self, operand: Operand, state: _State) -> list | tuple:
         """The nodes that may produce `operand`, following assignments and, through `phi` merges,
-        each branch (recording the branch decision)."""
+        each branch (recording the branch decision), with the state for each: (node, state) pairs,
+        made at once (most operands have one producer, and a generator per operand costs more)."""
         if not isinstance(operand, Var):
-            return
+            return ()
         node = self.ix.defs.get(operand.name)
         depth = 0
         while node is not None and node.kind == "op" and node.op == "assign" and len(node.inputs) == 1 \
@@ -724,15 +826,15 @@ class _Matcher:
             node = self.ix.defs.get(node.inputs[0].name)
             depth += 1
         if node is None:
-            return
+            return ()
         if node.kind == "op" and node.op in CASTS and id(node) not in state.used and self.ix.shapes.identity_cast(node):
             # a cast to the dtype the value has already (`rsqrt(var + eps).type(x.dtype)` of x's own
             # statistics) is the value itself: it goes with the match
             s = state.copy()
             s.nodes[f"{CAST_KEY}{node.outputs[0]}"] = node
             s.used.add(id(node))
-            yield from self.producers(node.inputs[0], s)
-            return
+            return self.producers(node.inputs[0], s)
+        found: list = []
         kept = self.ix.keepdim_view(node)
         if kept is not None and not {id(n) for n in self.ix.stands_for[id(kept)]} & state.used:
             # `mean(v, dim=d).unsqueeze(d)` is `mean(v, dim=d, keepdim=True)`
@@ -740,8 +842,9 @@ class _Matcher:
             for real in self.ix.stands_for[id(kept)]:
                 s.nodes[f"{VIEW_KEY}{real.outputs[0]}"] = real
                 s.used.add(id(real))
-            yield kept, s
+            found.append((kept, s))
         if node.kind == "phi":
+            out: list = found
             cid_operand = node.kwarg("if")
             for position, branch in enumerate(node.inputs):
                 s = state.copy()
@@ -751,9 +854,12 @@ class _Matcher:
                     if s.conds.get(cid, taken) != taken:
                         continue
                     s.conds[cid] = taken
-                yield from self.producers(branch, s)
-            return
-        yield node, state
+                out.extend(self.producers(branch, s))
+            return out
+        if found:
+            found.append((node, state))
+            return found
+        return ((node, state),)
 
 
 def _ignorable_kwarg(node: Node, name: str) -> bool:
@@ -897,7 +1003,7 @@ def match_pattern(rule: Rule, pattern: Pattern, index: MethodIndex, relaxed: boo
                 for real in index.stands_for.get(id(node), ()):
                     state.nodes[f"{VIEW_KEY}{real.outputs[0]}"] = real
                 out.append(Match(rule, index.file, index.cls, index.method, node, state.nodes, state.bindings,
-                                 state.conds, index.cond_text, tuple(state.skipped), tuple(state.relaxed), pattern))
+                                 state.conds, index.cond_text, state.skipped, state.relaxed, pattern))
                 if extra and not state.relaxed:
                     break  # one exact completion per root is enough
     return out
@@ -977,7 +1083,8 @@ class FileIndexes:
             names = self._names[rule.anywhere] = set().union(*(ix.names for ix in indexes))
         if not common.names <= names:
             return []
-        return [ix for ix in indexes if ix.may_match(common)]
+        need = common.names  # every index's names are made (above): most fail this test, without a call
+        return [ix for ix in indexes if need <= ix._names and ix.may_match(common)]  # type: ignore[operator]
 
 
 def iter_indexes(file: FileModel, everywhere: bool = False):

@@ -11,6 +11,7 @@ match's bindings and the rule's constraints compute).
 from __future__ import annotations
 
 import ast
+import functools
 import re
 
 from engine.dsl.ir import Const, Sym, Var
@@ -18,6 +19,7 @@ from engine.dsl.ir import Const, Sym, Var
 _PLACEHOLDER = re.compile(r"\$(\w+)")
 
 
+@functools.lru_cache(maxsize=256)  # a rule's template: read for every match of the rule, never changed
 def _added_keywords(template: str) -> tuple[str, dict[str, ast.expr], dict[str, ast.expr]] | None:
     """The template's callee (a placeholder's name, or a dotted name), the keyword arguments it writes
     with fixed values, and those whose values depend on the match; None when the template is not a

@@ -26,9 +26,16 @@ def _literal_text(text: str, taken: bool) -> str:
     return f"not {text}" if text.replace("_", "").replace(".", "").isalnum() else f"not ({text})"
 
 
+_IDENTIFIER = re.compile(r"(?<![\w.])[A-Za-z_]\w*")
+_CONSTANT_WORDS = frozenset({"None", "True", "False", "is", "not", "and", "or"})
+
+
 def _constant_truth(text: str) -> bool | None:
     """The value of a condition made of constants only (`None is not None`: a helper's test of a
     parameter its caller left at its default), else None."""
+    if "'" not in text and '"' not in text and any(
+            word not in _CONSTANT_WORDS for word in _IDENTIFIER.findall(text)):
+        return None  # it names something (no string holds that word): a Name, never a constant
     try:
         tree = ast.parse(text, mode="eval")
     except (SyntaxError, ValueError, MemoryError, RecursionError):

@@ -137,9 +137,8 @@ def apply_findings(text: str, findings: list[Finding], style: Style | None = Non
     parse of `text` made on first use (`engine.match.fused.LazyParse`), where it has one.
     `aliases`: where given, the file's import aliases are used only where they agree with these
     (a `# Copied from` block spells names as its source's file does)."""
-    from engine.extract import extract_source
     from engine.match import find
-    from engine.match.fused import LazyParse, mark_already_fused
+    from engine.match.fused import LazyParse, extract_parsed, mark_already_fused
     from engine.suppression import apply_suppressions
 
     todo = [f for f in findings if f.status in REWRITABLE and f.match is not None]
@@ -173,10 +172,11 @@ def apply_findings(text: str, findings: list[Finding], style: Style | None = Non
         # only the classes with a region left for another round are extracted and matched again:
         # the others' edits are made and their failures known
         classes_text = _only_classes(text, again, tree, moved)
-        fm = extract_source(classes_text, file.path, file.module)
+        fm, classes_parsed = extract_parsed(classes_text, file.path, file.module)
         current = find([fm], rules, near_misses=False)
         # matched again: a fallback beside a fused path stays one, `# adopter: ignore` still holds
-        mark_already_fused(classes_text, file.module, current, {r.id: r.kernel for r in rules if r.kernel})
+        mark_already_fused(classes_text, file.module, current, {r.id: r.kernel for r in rules if r.kernel},
+                           classes_parsed)
         apply_suppressions(current, classes_text)
         todo = [f for f in current
                 if f.status in REWRITABLE and f.match is not None and _identity(f) not in state.failed]

@@ -89,7 +89,9 @@ def test_attention_helpers_are_rewritten_at_their_calls(rewritten):
     by_model = {p.parent.name: (old, findings, new) for p, old, findings, new in rewritten}
     for model in ("gpt2", "gpt_neo", "codegen"):
         old, findings, new = by_model[model]
-        attention = [f for f in findings if f.rule_id == "sdpa-attention"]
+        # (GPT-2's `_upcast_and_reordered_attn`, which views the scores to 4-D and never back, is a
+        # near-miss of its own)
+        attention = [f for f in findings if f.rule_id == "sdpa-attention" and f.method != "_upcast_and_reordered_attn"]
         assert [f.status for f in attention] == ["guarded"], (model, [(f.status, f.reason) for f in attention])
         assert "output_attentions" in (attention[0].guard_text or "")
         helper = old[old.index("    def _attn("):old.index("\n    def ", old.index("    def _attn(") + 1)]
