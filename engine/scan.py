@@ -133,7 +133,7 @@ def scan_path(root: Path | str, *, rules: str | list[Rule] = "default", include:
               exclude: list[str] | None = None, rewrite: bool = True, progress=None) -> ScanResult:
     """Scan a file or folder. Files that do not parse or cannot be read become diagnostics; the
     rest is scanned."""
-    from engine.synthesize import apply_findings, find_style
+    from engine.synthesize import apply_findings
 
     root = Path(root)
     from engine.synthesize.contract import project_root, torch_contract
@@ -193,9 +193,7 @@ def scan_path(root: Path | str, *, rules: str | list[Rule] = "default", include:
         _never_runs(findings, path, text, known_settings)
         if rewrite and any(f.status in ("rewritten", "guarded") for f in findings):
             try:
-                style = styles.get(path.parent)
-                if style is None:
-                    style = styles[path.parent] = find_style(path.parent)
+                style = _style_for(styles, path)
                 new_text = apply_findings(text, findings, style, parsed=parsed)  # type: ignore[arg-type]
                 if _never_runs(findings, path, text, known_settings):  # synthesis chose another match, whose guard does
                     new_text = apply_findings(text, findings, style)  # type: ignore[arg-type]
@@ -208,6 +206,16 @@ def scan_path(root: Path | str, *, rules: str | list[Rule] = "default", include:
     if rewrite and marked:
         _keep_copies_in_step(result, base, modules, marked, styles)
     return result
+
+
+def _style_for(styles: dict, path: Path):
+    """The repository style configured for `path`'s folder, looked up once per folder."""
+    from engine.synthesize import find_style
+
+    style = styles.get(path.parent)
+    if style is None:
+        style = styles[path.parent] = find_style(path.parent)
+    return style
 
 
 def _never_runs(findings: list[Finding], path: Path, text: str, known: dict[str, dict]) -> bool:
@@ -234,7 +242,7 @@ def _keep_copies_in_step(result: ScanResult, base: Path, modules: dict[str, str]
                          styles: dict) -> None:
     """Withdraw the rewrites that would put a `# Copied from` block out of step with its source
     (engine/synthesize/copies.py), and rewrite those files again without them."""
-    from engine.synthesize import apply_findings, copies, find_style
+    from engine.synthesize import apply_findings, copies
     from engine.synthesize.context import module_aliases
 
     blocks = [b for rel, text in marked.items() for b in copies.marked_blocks(text, rel)]
@@ -256,10 +264,7 @@ def _keep_copies_in_step(result: ScanResult, base: Path, modules: dict[str, str]
                 modules = {m: rel for m, rel in modules.items() if rel != where[0]}
     def rewrite_again(rel: str, aliases: dict[str, str] | None = None) -> None:
         kept = [f for f in result.findings if f.file == rel and f.status in ("rewritten", "guarded")]
-        path = base / rel
-        style = styles.get(path.parent)
-        if style is None:
-            style = styles[path.parent] = find_style(path.parent)
+        style = _style_for(styles, base / rel)
         text = originals[rel]
         new_text = apply_findings(text, kept, style, aliases=aliases) if kept else text  # type: ignore[arg-type]
         if new_text != text:

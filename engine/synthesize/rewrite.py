@@ -962,7 +962,7 @@ class Synthesizer:
         hoisted, run_inside = self._hoistable(run, anchor, removable, kernel_facts, original_facts)
         # a kept statement that read the scores' metadata reads the query's and key's in the
         # kernel's branch (the original's keeps its own); after the `if` it does on both paths
-        in_run = {id(n) for stmt in run for n in self._statements_in(stmt)}
+        in_run = {id(n) for stmt in run for n in self._statements_in(stmt)} if restated else set()
         rewriter = _Rewriter({root_stmt.node: new_stmt, **{k: v for k, v in restated.items() if id(k) in in_run}},
                              set(removable), facts=kernel_facts)
         column = self.positions[anchor].start.column
