@@ -306,11 +306,30 @@ def _hf_inputs(model, config, batch: int, seq: int, generator) -> dict:
         frames = 2 * int(getattr(config, "max_source_positions", seq) or seq)
         mels = int(getattr(config, "num_mel_bins", 80) or 80)
         inputs["input_features"] = torch.randn(batch, mels, frames, generator=generator)
+    elif "input_values" in params:  # raw-waveform speech encoders (Wav2Vec2, HuBERT): `seq` frames after the convolutions
+        samples = _samples_for_frames(config, seq)
+        inputs["input_values"] = torch.randn(batch, samples, generator=generator)
+        if "attention_mask" in params:
+            mask = torch.ones(batch, samples, dtype=torch.long)
+            if batch > 1:  # padding on the last row, so that masking paths run
+                mask[-1, samples - max(1, samples // 4):] = 0
+            inputs["attention_mask"] = mask
     else:
         raise TypeError(f"no input recipe for {type(model).__name__}.forward{tuple(params)}")
     if "decoder_input_ids" in params and getattr(config, "is_encoder_decoder", False):
         inputs["decoder_input_ids"] = torch.randint(min(5, vocab - 1), vocab, (batch, max(1, seq // 2)), generator=generator)
     return inputs
+
+
+def _samples_for_frames(config, frames: int) -> int:
+    """The waveform length whose feature encoder (the configuration's convolutions, last to first:
+    n_in = (n_out - 1) * stride + kernel) gives `frames` frames."""
+    kernels = list(getattr(config, "conv_kernel", ()) or ())
+    strides = list(getattr(config, "conv_stride", ()) or ())
+    length = max(1, frames)
+    for kernel, stride in reversed(list(zip(kernels, strides, strict=True))):
+        length = (length - 1) * int(stride) + int(kernel)
+    return length
 
 
 def build_hf(target: dict, shape: dict, *, no_dropout: bool, size: str) -> Built:
