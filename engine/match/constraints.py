@@ -586,3 +586,36 @@ def _mask_view_round_trip(match: Match, ix: MethodIndex) -> str | None:
 
 CHECKS["mask_view_round_trip"] = _mask_view_round_trip
 
+
+
+def _clamp_at_lowest(match: Match, ix: MethodIndex) -> str | None:
+    """The masked scores clamped from below (OPT: `torch.max(s, torch.tensor(torch.finfo(s.dtype).min))`)
+    by the lowest value of their own dtype, as a 0-d tensor of the default dtype (no `dtype=`; a
+    `device=` is allowed). The clamp changes only entries that are -inf (a -inf in the mask, or
+    `s + finfo.min` overflowing), and the kernel adds its mask itself, so the rewrite clamps the mask
+    the same way: `s + max(m, c)` equals `max(s + m, c)` on every row that keeps a key (the -inf
+    entries weigh 0 both ways), and on a row that keeps none both are `c` throughout in float32 and
+    bfloat16, a uniform average of v (`c + s` rounds to `c` for |s| below half the spacing of the
+    dtype's largest values); the float32 0-d tensor of float64's lowest value is -inf, a clamp that
+    does nothing, and so does the rewrite's. Any other bound is a near-miss."""
+    clamp = match.nodes.get("s2c")
+    if clamp is None:
+        return None
+    scores = match.nodes.get("s2")
+    bound = match.bindings.get("clamp")
+    tensor = ix.defs.get(bound.name) if isinstance(bound, Var) else None
+    if scores is None or tensor is None or tensor.op != "torch.tensor" or len(tensor.inputs) != 1 \
+            or any(key != "device" for key, _ in tensor.kwargs):
+        return "the scores are clamped by a value not provably `torch.tensor(torch.finfo(scores.dtype).min)`"
+    lowest = ix.defs.get(tensor.inputs[0].name) if isinstance(tensor.inputs[0], Var) else None
+    finfo = ix.defs.get(lowest.inputs[0].name) if lowest is not None and lowest.op == "getattr" \
+        and lowest.inputs[1:] == (Const("min"),) and isinstance(lowest.inputs[0], Var) else None
+    dtype = ix.defs.get(finfo.inputs[0].name) if finfo is not None and finfo.op == "torch.finfo" \
+        and finfo.inputs and isinstance(finfo.inputs[0], Var) else None
+    if dtype is None or dtype.op != "getattr" or dtype.inputs[1:] != (Const("dtype"),) \
+            or not isinstance(dtype.inputs[0], Var) or dtype.inputs[0].name not in scores.outputs:
+        return "the scores are clamped by a value not provably the lowest of their own dtype (`torch.finfo(scores.dtype).min`)"
+    return None
+
+
+CHECKS["clamp_at_lowest"] = _clamp_at_lowest

@@ -359,6 +359,10 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding | N
                     # statement of its own that computes that argument goes too
                     finding.companions.extend(c for c in companions if c not in finding.companions)
                     continue
+                if _decides_only(use, both_ways, ix):
+                    # `if s.dtype == torch.float16:` choosing between two spellings of the softmax
+                    # that the rewrite makes one: the `if` goes with its branches, emptied
+                    continue
                 check = _shape_check(use, ix)
                 if check is not None:
                     # `if attn_weights.size() != (...): raise ValueError(...)`: a validation of an
@@ -508,7 +512,8 @@ def _both_branches(match: Match, cid: int, taken: bool, siblings: list[Match], i
     if not within(match, taken):
         return None
     for other in siblings:
-        if other is match or other.pattern is not match.pattern or other.relaxed or steps(other) != steps(match) \
+        if other is match or other.pattern is not match.pattern or other.relaxed \
+                or (steps(other) != steps(match) and not _upcast_choice(match, other, cid, taken, ix)) \
                 or not within(other, not taken) \
                 or other.conditions.get(cid) != (not taken) or outside(other) != outside(match) \
                 or any(match.conditions.get(c, t) != t for c, t in other.conditions.items() if c != cid) \
@@ -526,6 +531,69 @@ def _both_branches(match: Match, cid: int, taken: bool, siblings: list[Match], i
         if all(id(u) in kept for n in nodes for name in n.outputs for u in ix.uses.get(name, ())):
             return nodes
     return None
+
+
+_HALF = ("torch.float16", "torch.half", "torch.bfloat16")
+_FLOAT32 = ("torch.float32", "torch.float")
+
+
+def _text(operand) -> str | None:
+    return operand.text if isinstance(operand, Sym) else None
+
+
+def _dtype_test(cid: int, ix: MethodIndex) -> tuple[str, str] | None:
+    """The decision `cid` as (tensor, half dtype) where it is `tensor.dtype == <half dtype>`."""
+    phi = ix.phi_of(cid)
+    test = phi.kwarg("test") if phi is not None else None
+    compare = ix.defs.get(test.name) if isinstance(test, Var) else None
+    if compare is None or compare.op != "compare:eq" or len(compare.inputs) != 2:
+        return None
+    read = ix.defs.get(compare.inputs[0].name) if isinstance(compare.inputs[0], Var) else None
+    dtype = _text(compare.inputs[1])
+    if read is None or not _reads_metadata_only(read) or read.inputs[1:] != (Const("dtype"),) \
+            or not isinstance(read.inputs[0], Var) or dtype not in _HALF:
+        return None
+    return read.inputs[0].name, dtype
+
+
+def _decides_only(use: Node, decisions: set[int], ix: MethodIndex) -> bool:
+    """A dtype read whose only purpose is the test of decisions that the rewrite takes both ways
+    (`_upcast_choice`): it reaches nothing but the comparisons those branches merge on."""
+    if not decisions or not _reads_metadata_only(use) or len(use.outputs) != 1:
+        return False
+    compares = ix.uses.get(use.outputs[0], ())
+    if not compares or any(c.op != "compare:eq" or len(c.outputs) != 1 for c in compares):
+        return False
+    tests = [Const(d) for d in decisions]
+    return all(readers and all(r.kind == "phi" and r.kwarg("if") in tests and r.kwarg("test") == Var(c.outputs[0])
+                               for r in readers)
+               for c in compares for readers in [ix.uses.get(c.outputs[0], ())])
+
+
+def _upcast_choice(match: Match, other: Match, cid: int, taken: bool, ix: MethodIndex) -> bool:
+    """The two branches of `if s.dtype == torch.float16:` choose between spellings of one softmax:
+    `softmax(s, dim, dtype=torch.float32).to(torch.float16)` where the test holds and `softmax(s,
+    dim)` where it does not (OPT). Both are the softmax of `s` computed in at least float32 and
+    given back in `s`'s own dtype, which is what the kernel does with half-precision scores; so the
+    matches differ only by that cast back (`$p1`), on the branch whose test proves it is to the
+    scores' own dtype, and agree on every other step."""
+    ours, theirs = (set(m.nodes) - {k for k in m.nodes if k.startswith("~")} for m in (match, other))
+    if ours ^ theirs != {"p1"} or set(match.skipped) ^ set(other.skipped) != {"p1"}:
+        return False
+    test = _dtype_test(cid, ix)
+    upcast, plain = (match, other) if "p1" in match.nodes else (other, match)
+    if test is None or (upcast is match) != taken:
+        return False
+    scores, half = test
+    up, down, again = upcast.nodes.get("p0"), upcast.nodes.get("p1"), plain.nodes.get("p0")
+    if up is None or down is None or again is None or up.inputs[:1] != again.inputs[:1] \
+            or not isinstance(up.inputs[0], Var) or up.inputs[0].name != scores:
+        return False
+    if _text(up.kwarg("dtype")) not in _FLOAT32 or again.kwarg("dtype") is not None \
+            or up.kwarg("dim") != again.kwarg("dim") or down.op != ".to" or _text(down.inputs[1]) != half \
+            or len(down.inputs) != 2 or down.kwargs:
+        return False
+    return True
 
 
 _MOVES = {".to", ".type", ".float", ".half", ".bfloat16", ".type_as", ".contiguous"}

@@ -172,6 +172,11 @@ def lookup(match: Match, base: Callable[[str], str | None],
                 return None
             text = " + ".join(terms)
             through = match.optional_through.get("mask") or match.optional_through.get("mask2")
+            if "s2c" in match.nodes and len(terms) == 1:
+                # the scores clamped at their dtype's lowest value after the mask (OPT): the kernel
+                # adds the mask itself, so the mask is clamped the same way (constraint `clamp_at_lowest`)
+                clamped = f"torch.max({text}, torch.tensor(torch.finfo({_atom(text)}.dtype).min))"
+                return f"{clamped} if {text} is not None else None" if match.optional & {"mask"} else clamped
             if through is not None and len(terms) == 1:
                 # `attention_mask.to(q.device)` where the mask may be None: None passes as it is
                 return f"{text} if {through} is not None else None"
