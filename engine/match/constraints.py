@@ -3,9 +3,11 @@ it, or the reason it does not (which becomes the near-miss reason)."""
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Callable
 
+from engine.analysis.numbers import tree_of
 from engine.dsl.ir import Const, Operand, Seq, Sym, Var
 from engine.match.matcher import Match, MethodIndex, numeric, render
 
@@ -487,7 +489,60 @@ CHECKS["fully_masked_rows_keep_original"] = _fully_masked_rows_keep_original
 CHECKS["dropout_when_original_drops"] = _dropout_when_original_drops
 
 
+_TEMP = re.compile(r"_t\d+$")  # the extractor's name for a value the source does not name
 _FUSED_DEVICES = '("cpu", "cuda")'  # where torch>=2.4 has a fused Adam/AdamW kernel
+
+
+def _bound_in_file(path: str, name: str) -> bool:
+    """Whether the file at `path` binds `name` anywhere (a def, an import, an assignment), so that
+    it may not be the builtin; True where the source is not known."""
+    tree = tree_of(path)
+    if tree is None:
+        return True
+    for n in ast.walk(tree):
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.name == name:
+            return True
+        if isinstance(n, ast.alias) and (n.asname or n.name).split(".")[0] == name:
+            return True
+        if isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load):
+            return True
+        if isinstance(n, ast.arg) and n.arg == name:
+            return True
+    return False
+
+
+def _module_parameters(e: ast.expr) -> str | None:
+    """The text of `<name>.<attr>....parameters()` (a module's parameters: a fresh generator over
+    the same tensors each time it is called), else None."""
+    if not (isinstance(e, ast.Call) and not e.args and not e.keywords and isinstance(e.func, ast.Attribute)
+            and e.func.attr == "parameters"):
+        return None
+    owner = e.func.value
+    while isinstance(owner, ast.Attribute):
+        owner = owner.value
+    return ast.unparse(e) if isinstance(owner, ast.Name) else None
+
+
+def _parameters_selected_from(text: str, shadowed: Callable[[str], bool]) -> str | None:
+    """The `.parameters()` call whose tensors the optimizer's parameters `text` are all among: the
+    call itself, `filter(f, <call>)`, or a comprehension or generator that yields its loop variable
+    from the call (`p for p in m.parameters() if p.requires_grad`). Reading the devices from the
+    call again then consumes nothing the optimizer reads, and all of a superset on a fused device
+    implies all of the selection is. None for anything else."""
+    try:
+        e = ast.parse(text, mode="eval").body
+    except SyntaxError:
+        return None
+    if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == "filter" and len(e.args) == 2 \
+            and not e.keywords and not shadowed("filter"):
+        e = e.args[1]
+    elif isinstance(e, (ast.GeneratorExp, ast.ListComp)) and len(e.generators) == 1:
+        loop = e.generators[0]
+        if not (isinstance(loop.target, ast.Name) and isinstance(e.elt, ast.Name) and e.elt.id == loop.target.id
+                and not loop.is_async):
+            return None
+        e = loop.iter
+    return _module_parameters(e)
 
 
 def _fused_where_params_live(match: Match, ix: MethodIndex) -> str | None:
@@ -498,11 +553,14 @@ def _fused_where_params_live(match: Match, ix: MethodIndex) -> str | None:
     such lists). Binds `$fused` to that test."""
     node = match.root
     params = node.inputs[0] if node.inputs else node.kwarg("params")
-    text = params.text.replace(" ", "") if isinstance(params, Sym) else ""
-    if text.endswith(".parameters()") and text[:-len(".parameters()")].replace(".", "").replace("_", "").isalnum():
-        match.bindings["fused"] = Sym(f"all(p.device.type in {_FUSED_DEVICES} for p in {text})")
-        return None
     producer = ix.defs.get(params.name) if isinstance(params, Var) else None
+    text = params.text if isinstance(params, Sym) else None
+    if producer is not None and (producer.op == "generatorexp" or producer.op == "listcomp" and _TEMP.match(params.name)):
+        text = producer.kwarg("text").text if isinstance(producer.kwarg("text"), Sym) else None
+    source = _parameters_selected_from(text, lambda name: _bound_in_file(match.file.path, name)) if text else None
+    if source is not None:
+        match.bindings["fused"] = Sym(f"all(p.device.type in {_FUSED_DEVICES} for p in {source})")
+        return None
     if producer is None:
         return "where the parameters live is not known here (they are not built in this function)"
     if producer.op == ".parameters" and producer.inputs and isinstance(producer.inputs[0], (Var, Sym)):
