@@ -4,12 +4,14 @@ it, or the reason it does not (which becomes the near-miss reason)."""
 from __future__ import annotations
 
 import ast
+import math
 import re
 from collections.abc import Callable
 
-from engine.analysis.numbers import tree_of
+from engine.analysis.numbers import function_attribute_value, tree_of
 from engine.dsl.ir import Const, Operand, Seq, Sym, Var
 from engine.match.matcher import Match, MethodIndex, numeric, render
+from engine.match.polynomial import PolynomialReader
 
 
 def _is_finfo_max(value, ix: MethodIndex) -> bool:
@@ -644,3 +646,49 @@ def _mask_view_round_trip(match: Match, ix: MethodIndex) -> str | None:
 
 CHECKS["mask_view_round_trip"] = _mask_view_round_trip
 
+
+
+# The tanh GELU, 0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x**3))): the constants the kernel
+# (`F.gelu(approximate="tanh")`) computes with. The argument is compared as a polynomial in x, so any
+# distribution or factoring of it fits. Constants may differ from these by RELATIVE_TOLERANCE: about
+# eight float32 ulps (float32 resolves 1.2e-7), less than the rounding the hand-written chain of about
+# eight float32 operations already has, and far below any other function's constants (0.0447, 0.7).
+_GELU_SLOPE = math.sqrt(2 / math.pi)
+_GELU_CUBIC = 0.044715
+RELATIVE_TOLERANCE = 1e-6
+
+
+def _close(value: float, expected: float) -> bool:
+    return abs(value - expected) <= RELATIVE_TOLERANCE * abs(expected)
+
+
+def _tanh_gelu_argument(match: Match, ix: MethodIndex) -> str | None:
+    """`tanh($arg)` of the tanh GELU: `$arg`, read as a polynomial in `$x` through the method's data
+    flow, is sqrt(2 / pi) * (x + 0.044715 * x**3), however written (`x * 0.7978845608 * (1 + 0.044715 *
+    x * x)`, the constant cached on the function). The nodes computing it go with the match where
+    nothing else reads them."""
+    x, arg, tanh = match.bindings.get("x"), match.bindings.get("arg"), match.nodes.get("t")
+    if not isinstance(x, Var) or arg is None or tanh is None:
+        return "the tanh argument is not a polynomial of the GELU's input"
+
+    def number(sym: Sym) -> float | None:
+        value = function_attribute_value(match.file.path, sym.text, tanh.pos.line) if tanh.pos else None
+        return numeric(Sym(ast.unparse(value))) if value is not None else None
+
+    reader = PolynomialReader(ix, x.name, tanh, number)
+    poly = reader.read(arg)
+    if poly is None:
+        return f"the tanh argument is not a polynomial of `{x.name.partition('.')[0]}` with known coefficients"
+    slope, cubic = poly.get(1, 0.0), poly.get(3, 0.0)
+    if set(poly) != {1, 3}:
+        terms = " + ".join(f"{c:.6g} * x**{d}" for d, c in sorted(poly.items()))
+        return f"the tanh argument is {terms}, not sqrt(2 / pi) * (x + 0.044715 * x**3)"
+    if not _close(cubic / slope, _GELU_CUBIC):
+        return f"the cubic coefficient is {cubic / slope:.6g} (relative to the linear one), not 0.044715"
+    if not _close(slope, _GELU_SLOPE):
+        return f"the tanh argument's scale is {slope:.10g}, not sqrt(2 / pi) = {_GELU_SLOPE:.10g}"
+    match.companions[:] = [n for n in reader.nodes if all(n is not m for m in match.nodes.values())]
+    return None
+
+
+CHECKS["tanh_gelu_argument"] = _tanh_gelu_argument
