@@ -400,13 +400,28 @@ def _is_attribute(e: ast.expr, name: str, attr: str) -> bool:
 
 
 def function_attribute_value(path: str, text: str, line: int) -> ast.expr | None:
+    """The constant expression `_cached_function_attribute` proves the attribute holds, or None."""
+    cached = _cached_function_attribute(path, text, line)
+    return cached[0] if cached is not None else None
+
+
+def function_attribute_cache(path: str, text: str, line: int) -> ast.stmt | None:
+    """The statement caching the function attribute `text` read at `line` (its `if not hasattr`
+    block, or the assignment) where that read is the only read of the attribute in the file: code
+    that no longer reads it leaves the cache dead. None otherwise."""
+    cached = _cached_function_attribute(path, text, line)
+    return cached[1] if cached is not None and cached[2] == 1 else None
+
+
+def _cached_function_attribute(path: str, text: str, line: int) -> tuple[ast.expr, ast.stmt, int] | None:
     """What the function attribute `text` (`gelu_accurate._a`), read at `line`, holds there: the
     constant expression it is cached from inside the reading function, before the read
     (`if not hasattr(f, "_a"): f._a = math.sqrt(2 / math.pi)`, or the assignment on its own).
     `f` must be the file's one module-level function of that name, never rebound, and every write
     of the attribute anywhere in the file that assignment of a number (no `setattr`, `del`,
     augmented assignment or `f.__dict__`), so that the attribute holds it whenever it is read. None
-    otherwise, or where the source is not known."""
+    otherwise, or where the source is not known. Also the caching statement and how many times the
+    file reads the attribute (`getattr` or `hasattr` of it elsewhere count as many reads: unknown)."""
     m = _FUNCTION_ATTRIBUTE.fullmatch(text.replace(" ", ""))
     tree = tree_of(path)
     if m is None or tree is None:
@@ -415,7 +430,7 @@ def function_attribute_value(path: str, text: str, line: int) -> ast.expr | None
     function = _function(tree, "__module__", name)
     if function is None:
         return None
-    writes, assigns = [], []
+    writes, assigns, reads = [], [], 0
     for n in ast.walk(tree):
         if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.name == name and n is not function:
             return None
@@ -430,6 +445,11 @@ def function_attribute_value(path: str, text: str, line: int) -> ast.expr | None
             return None
         if _is_attribute(n, name, "__dict__") or _is_attribute(n, name, attr) and not isinstance(n.ctx, ast.Load):
             writes.append(n)
+        elif _is_attribute(n, name, attr):
+            reads += 1
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("getattr", "hasattr") \
+                and any(isinstance(a, ast.Name) and a.id == name for a in n.args):
+            reads += 2  # a read by name: the cache may matter to code other than the reading function's
         if isinstance(n, ast.Assign) and len(n.targets) == 1 and _is_attribute(n.targets[0], name, attr):
             assigns.append(n)
     # every write is one of the assignments, all of the same number
@@ -442,12 +462,9 @@ def function_attribute_value(path: str, text: str, line: int) -> ast.expr | None
     for stmt in function.body:
         if stmt.lineno >= line:
             break
-        if isinstance(stmt, ast.If) and not stmt.orelse and _not_hasattr(stmt.test, name, attr):
-            block = stmt.body
-        else:
-            block = [stmt]
-        if any(s is a for s in block for a in assigns):
-            return assigns[0].value
+        cache = isinstance(stmt, ast.If) and not stmt.orelse and _not_hasattr(stmt.test, name, attr)
+        if any(s is a for s in (stmt.body if cache else [stmt]) for a in assigns):  # type: ignore[attr-defined]
+            return assigns[0].value, stmt, reads - 2 if cache else reads  # less the cache's own test
     return None
 
 

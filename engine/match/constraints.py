@@ -8,8 +8,8 @@ import math
 import re
 from collections.abc import Callable
 
-from engine.analysis.numbers import function_attribute_value, tree_of
-from engine.dsl.ir import Const, Operand, Seq, Sym, Var
+from engine.analysis.numbers import function_attribute_cache, function_attribute_value, tree_of
+from engine.dsl.ir import Const, Operand, Pos, Seq, Sym, Var
 from engine.match.matcher import Match, MethodIndex, numeric, render
 from engine.match.polynomial import PolynomialReader
 
@@ -671,8 +671,11 @@ def _tanh_gelu_argument(match: Match, ix: MethodIndex) -> str | None:
     if not isinstance(x, Var) or arg is None or tanh is None:
         return "the tanh argument is not a polynomial of the GELU's input"
 
+    cached: list[Sym] = []
+
     def number(sym: Sym) -> float | None:
         value = function_attribute_value(match.file.path, sym.text, tanh.pos.line) if tanh.pos else None
+        cached.append(sym)
         return numeric(Sym(ast.unparse(value))) if value is not None else None
 
     reader = PolynomialReader(ix, x.name, tanh, number)
@@ -688,6 +691,11 @@ def _tanh_gelu_argument(match: Match, ix: MethodIndex) -> str | None:
     if not _close(slope, _GELU_SLOPE):
         return f"the tanh argument's scale is {slope:.10g}, not sqrt(2 / pi) = {_GELU_SLOPE:.10g}"
     match.companions[:] = [n for n in reader.nodes if all(n is not m for m in match.nodes.values())]
+    for sym in cached:  # a constant cached on the function for this read alone goes with it
+        stmt = function_attribute_cache(match.file.path, sym.text, tanh.pos.line) if tanh.pos else None
+        if stmt is not None and not tanh.via:
+            match.dead.append(Pos(tanh.pos.file, stmt.lineno, stmt.col_offset, stmt.end_lineno or stmt.lineno,
+                                  stmt.end_col_offset or 0))
     return None
 
 
