@@ -390,3 +390,88 @@ def _construction_values(tree: ast.Module, cls: str, param: str, index: int | No
             elif makers[child.id][1] is None:
                 continue  # a required argument missing: the call raises
     return frozenset(values) if values else None
+
+
+_FUNCTION_ATTRIBUTE = re.compile(r"([A-Za-z_]\w*)\.([A-Za-z_]\w*)")
+
+
+def _is_attribute(e: ast.expr, name: str, attr: str) -> bool:
+    return isinstance(e, ast.Attribute) and e.attr == attr and isinstance(e.value, ast.Name) and e.value.id == name
+
+
+def function_attribute_value(path: str, text: str, line: int) -> ast.expr | None:
+    """The constant expression `_cached_function_attribute` proves the attribute holds, or None."""
+    cached = _cached_function_attribute(path, text, line)
+    return cached[0] if cached is not None else None
+
+
+def function_attribute_cache(path: str, text: str, line: int) -> ast.stmt | None:
+    """The statement caching the function attribute `text` read at `line` (its `if not hasattr`
+    block, or the assignment) where that read is the only read of the attribute in the file: code
+    that no longer reads it leaves the cache dead. None otherwise."""
+    cached = _cached_function_attribute(path, text, line)
+    return cached[1] if cached is not None and cached[2] == 1 else None
+
+
+def _cached_function_attribute(path: str, text: str, line: int) -> tuple[ast.expr, ast.stmt, int] | None:
+    """What the function attribute `text` (`gelu_accurate._a`), read at `line`, holds there: the
+    constant expression it is cached from inside the reading function, before the read
+    (`if not hasattr(f, "_a"): f._a = math.sqrt(2 / math.pi)`, or the assignment on its own).
+    `f` must be the file's one module-level function of that name, never rebound, and every write
+    of the attribute anywhere in the file that assignment of a number (no `setattr`, `del`,
+    augmented assignment or `f.__dict__`), so that the attribute holds it whenever it is read. None
+    otherwise, or where the source is not known. Also the caching statement and how many times the
+    file reads the attribute (`getattr` or `hasattr` of it elsewhere count as many reads: unknown)."""
+    m = _FUNCTION_ATTRIBUTE.fullmatch(text.replace(" ", ""))
+    tree = tree_of(path)
+    if m is None or tree is None:
+        return None
+    name, attr = m.groups()
+    function = _function(tree, "__module__", name)
+    if function is None:
+        return None
+    writes, assigns, reads = [], [], 0
+    for n in ast.walk(tree):
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.name == name and n is not function:
+            return None
+        if isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load):
+            return None
+        if isinstance(n, ast.alias) and (n.asname or n.name).split(".")[0] == name:
+            return None
+        if isinstance(n, (ast.Global, ast.Nonlocal)) and name in n.names:
+            return None
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("setattr", "delattr", "vars") \
+                and any(isinstance(a, ast.Name) and a.id == name for a in n.args):
+            return None
+        if _is_attribute(n, name, "__dict__") or _is_attribute(n, name, attr) and not isinstance(n.ctx, ast.Load):
+            writes.append(n)
+        elif _is_attribute(n, name, attr):
+            reads += 1
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("getattr", "hasattr") \
+                and any(isinstance(a, ast.Name) and a.id == name for a in n.args):
+            reads += 2  # a read by name: the cache may matter to code other than the reading function's
+        if isinstance(n, ast.Assign) and len(n.targets) == 1 and _is_attribute(n.targets[0], name, attr):
+            assigns.append(n)
+    # every write is one of the assignments, all of the same number
+    if not assigns or len(writes) != len(assigns) or not all(ast_number(a.value) for a in assigns) \
+            or len({ast.dump(a.value) for a in assigns}) != 1:
+        return None
+    # the reading function caches it before the read: a statement of its body, or under `if not hasattr(...)`
+    if not function.lineno <= line <= (function.end_lineno or function.lineno):
+        return None
+    for stmt in function.body:
+        if stmt.lineno >= line:
+            break
+        cache = isinstance(stmt, ast.If) and not stmt.orelse and _not_hasattr(stmt.test, name, attr)
+        if any(s is a for s in (stmt.body if cache else [stmt]) for a in assigns):  # type: ignore[attr-defined]
+            return assigns[0].value, stmt, reads - 2 if cache else reads  # less the cache's own test
+    return None
+
+
+def _not_hasattr(test: ast.expr, name: str, attr: str) -> bool:
+    """`not hasattr(name, "attr")`."""
+    return isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and isinstance(test.operand, ast.Call) \
+        and isinstance(test.operand.func, ast.Name) and test.operand.func.id == "hasattr" \
+        and len(test.operand.args) == 2 and isinstance(test.operand.args[0], ast.Name) \
+        and test.operand.args[0].id == name and isinstance(test.operand.args[1], ast.Constant) \
+        and test.operand.args[1].value == attr

@@ -3,11 +3,15 @@ it, or the reason it does not (which becomes the near-miss reason)."""
 
 from __future__ import annotations
 
+import ast
+import math
 import re
 from collections.abc import Callable
 
-from engine.dsl.ir import Const, Operand, Seq, Sym, Var
+from engine.analysis.numbers import function_attribute_cache, function_attribute_value, tree_of
+from engine.dsl.ir import Const, Operand, Pos, Seq, Sym, Var
 from engine.match.matcher import Match, MethodIndex, numeric, render
+from engine.match.polynomial import PolynomialReader
 
 
 def _is_finfo_max(value, ix: MethodIndex) -> bool:
@@ -487,7 +491,60 @@ CHECKS["fully_masked_rows_keep_original"] = _fully_masked_rows_keep_original
 CHECKS["dropout_when_original_drops"] = _dropout_when_original_drops
 
 
+_TEMP = re.compile(r"_t\d+$")  # the extractor's name for a value the source does not name
 _FUSED_DEVICES = '("cpu", "cuda")'  # where torch>=2.4 has a fused Adam/AdamW kernel
+
+
+def _bound_in_file(path: str, name: str) -> bool:
+    """Whether the file at `path` binds `name` anywhere (a def, an import, an assignment), so that
+    it may not be the builtin; True where the source is not known."""
+    tree = tree_of(path)
+    if tree is None:
+        return True
+    for n in ast.walk(tree):
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.name == name:
+            return True
+        if isinstance(n, ast.alias) and (n.asname or n.name).split(".")[0] == name:
+            return True
+        if isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load):
+            return True
+        if isinstance(n, ast.arg) and n.arg == name:
+            return True
+    return False
+
+
+def _module_parameters(e: ast.expr) -> str | None:
+    """The text of `<name>.<attr>....parameters()` (a module's parameters: a fresh generator over
+    the same tensors each time it is called), else None."""
+    if not (isinstance(e, ast.Call) and not e.args and not e.keywords and isinstance(e.func, ast.Attribute)
+            and e.func.attr == "parameters"):
+        return None
+    owner = e.func.value
+    while isinstance(owner, ast.Attribute):
+        owner = owner.value
+    return ast.unparse(e) if isinstance(owner, ast.Name) else None
+
+
+def _parameters_selected_from(text: str, shadowed: Callable[[str], bool]) -> str | None:
+    """The `.parameters()` call whose tensors the optimizer's parameters `text` are all among: the
+    call itself, `filter(f, <call>)`, or a comprehension or generator that yields its loop variable
+    from the call (`p for p in m.parameters() if p.requires_grad`). Reading the devices from the
+    call again then consumes nothing the optimizer reads, and all of a superset on a fused device
+    implies all of the selection is. None for anything else."""
+    try:
+        e = ast.parse(text, mode="eval").body
+    except SyntaxError:
+        return None
+    if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == "filter" and len(e.args) == 2 \
+            and not e.keywords and not shadowed("filter"):
+        e = e.args[1]
+    elif isinstance(e, (ast.GeneratorExp, ast.ListComp)) and len(e.generators) == 1:
+        loop = e.generators[0]
+        if not (isinstance(loop.target, ast.Name) and isinstance(e.elt, ast.Name) and e.elt.id == loop.target.id
+                and not loop.is_async):
+            return None
+        e = loop.iter
+    return _module_parameters(e)
 
 
 def _fused_where_params_live(match: Match, ix: MethodIndex) -> str | None:
@@ -498,11 +555,14 @@ def _fused_where_params_live(match: Match, ix: MethodIndex) -> str | None:
     such lists). Binds `$fused` to that test."""
     node = match.root
     params = node.inputs[0] if node.inputs else node.kwarg("params")
-    text = params.text.replace(" ", "") if isinstance(params, Sym) else ""
-    if text.endswith(".parameters()") and text[:-len(".parameters()")].replace(".", "").replace("_", "").isalnum():
-        match.bindings["fused"] = Sym(f"all(p.device.type in {_FUSED_DEVICES} for p in {text})")
-        return None
     producer = ix.defs.get(params.name) if isinstance(params, Var) else None
+    text = params.text if isinstance(params, Sym) else None
+    if producer is not None and (producer.op == "generatorexp" or producer.op == "listcomp" and _TEMP.match(params.name)):
+        text = producer.kwarg("text").text if isinstance(producer.kwarg("text"), Sym) else None
+    source = _parameters_selected_from(text, lambda name: _bound_in_file(match.file.path, name)) if text else None
+    if source is not None:
+        match.bindings["fused"] = Sym(f"all(p.device.type in {_FUSED_DEVICES} for p in {source})")
+        return None
     if producer is None:
         return "where the parameters live is not known here (they are not built in this function)"
     if producer.op == ".parameters" and producer.inputs and isinstance(producer.inputs[0], (Var, Sym)):
@@ -619,3 +679,57 @@ def _clamp_at_lowest(match: Match, ix: MethodIndex) -> str | None:
 
 
 CHECKS["clamp_at_lowest"] = _clamp_at_lowest
+
+
+# The tanh GELU, 0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x**3))): the constants the kernel
+# (`F.gelu(approximate="tanh")`) computes with. The argument is compared as a polynomial in x, so any
+# distribution or factoring of it fits. Constants may differ from these by RELATIVE_TOLERANCE: about
+# eight float32 ulps (float32 resolves 1.2e-7), less than the rounding the hand-written chain of about
+# eight float32 operations already has, and far below any other function's constants (0.0447, 0.7).
+_GELU_SLOPE = math.sqrt(2 / math.pi)
+_GELU_CUBIC = 0.044715
+RELATIVE_TOLERANCE = 1e-6
+
+
+def _close(value: float, expected: float) -> bool:
+    return abs(value - expected) <= RELATIVE_TOLERANCE * abs(expected)
+
+
+def _tanh_gelu_argument(match: Match, ix: MethodIndex) -> str | None:
+    """`tanh($arg)` of the tanh GELU: `$arg`, read as a polynomial in `$x` through the method's data
+    flow, is sqrt(2 / pi) * (x + 0.044715 * x**3), however written (`x * 0.7978845608 * (1 + 0.044715 *
+    x * x)`, the constant cached on the function). The nodes computing it go with the match where
+    nothing else reads them."""
+    x, arg, tanh = match.bindings.get("x"), match.bindings.get("arg"), match.nodes.get("t")
+    if not isinstance(x, Var) or arg is None or tanh is None:
+        return "the tanh argument is not a polynomial of the GELU's input"
+
+    cached: list[Sym] = []
+
+    def number(sym: Sym) -> float | None:
+        value = function_attribute_value(match.file.path, sym.text, tanh.pos.line) if tanh.pos else None
+        cached.append(sym)
+        return numeric(Sym(ast.unparse(value))) if value is not None else None
+
+    reader = PolynomialReader(ix, x.name, tanh, number)
+    poly = reader.read(arg)
+    if poly is None:
+        return f"the tanh argument is not a polynomial of `{x.name.partition('.')[0]}` with known coefficients"
+    slope, cubic = poly.get(1, 0.0), poly.get(3, 0.0)
+    if set(poly) != {1, 3}:
+        terms = " + ".join(f"{c:.6g} * x**{d}" for d, c in sorted(poly.items()))
+        return f"the tanh argument is {terms}, not sqrt(2 / pi) * (x + 0.044715 * x**3)"
+    if not _close(cubic / slope, _GELU_CUBIC):
+        return f"the cubic coefficient is {cubic / slope:.6g} (relative to the linear one), not 0.044715"
+    if not _close(slope, _GELU_SLOPE):
+        return f"the tanh argument's scale is {slope:.10g}, not sqrt(2 / pi) = {_GELU_SLOPE:.10g}"
+    match.companions[:] = [n for n in reader.nodes if all(n is not m for m in match.nodes.values())]
+    for sym in cached:  # a constant cached on the function for this read alone goes with it
+        stmt = function_attribute_cache(match.file.path, sym.text, tanh.pos.line) if tanh.pos else None
+        if stmt is not None and not tanh.via:
+            match.dead.append(Pos(tanh.pos.file, stmt.lineno, stmt.col_offset, stmt.end_lineno or stmt.lineno,
+                                  stmt.end_col_offset or 0))
+    return None
+
+
+CHECKS["tanh_gelu_argument"] = _tanh_gelu_argument

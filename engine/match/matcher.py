@@ -88,6 +88,9 @@ class Match:
     # unmatched nodes a constraint found computing only arguments the rewrite drops (a tuple of axes
     # the kernel is told as a shape): removed with the match where nothing else reads them
     companions: list[Node] = field(default_factory=list)
+    # statements outside the data flow that only served the matched code (a constant cached on the
+    # function for it alone): removed with an unguarded rewrite
+    dead: list[Pos] = field(default_factory=list)
 
     @property
     def matched_nodes(self) -> list[Node]:
@@ -147,6 +150,7 @@ class Finding:
     related: list[Pos] = field(default_factory=list)  # call sites through which helpers were inlined
     guard_text: str | None = None  # Python condition under which the original code must run
     checks: list[Pos] = field(default_factory=list)  # shape validations of intermediates the rewrite removes
+    dead: list[Pos] = field(default_factory=list)  # statements only the matched code needed (Match.dead)
     # unmatched nodes that only compute arguments the rewrite drops (`mask_value = -finfo(s.dtype).max`)
     companions: list[Node] = field(default_factory=list, repr=False, compare=False)
     # metadata reads of the removed scores in kept code, with the axes they read (`("key",)` for

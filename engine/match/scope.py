@@ -326,6 +326,7 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding | N
             return near_miss(problem)
 
     finding.companions.extend(_read_only_by(match.companions, matched_ids, ix))
+    finding.dead.extend(match.dead)
     # decisions where the other branch computes the same rewrite: its nodes go with the match
     both_ways: set[int] = set()
     for cid, taken in sorted(match.extra_conditions.items()):

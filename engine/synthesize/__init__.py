@@ -101,7 +101,7 @@ class _File:
                 finding.fallbacks = other.fallbacks
                 continue
             for name in ("status", "line", "end_line", "reason", "locations", "related", "guard_text", "checks",
-                         "companions", "match", "fallbacks"):
+                         "companions", "dead", "match", "fallbacks"):
                 setattr(finding, name, getattr(other, name))
             return edit
         raise first

@@ -607,6 +607,14 @@ class Synthesizer:
             raise SynthesisError(f"no simple statement at line {pos.line}")
         return best
 
+    def compound_at(self, pos: Pos) -> cst.CSTNode:
+        """The statement (simple or compound) that spans exactly the lines of `pos`."""
+        line, col, end_line, end_col = self.char_range(pos)
+        for node, where in self.index.statements:
+            if where.start.line == line and where.end.line == end_line and _contains(where, line, col, end_line, end_col):
+                return node
+        raise SynthesisError(f"no statement at lines {pos.line}-{pos.end_line}")
+
     def source(self, pos: Pos) -> str:
         line, col, end_line, end_col = self._file_range(pos)
         if line == end_line:
@@ -800,6 +808,7 @@ class Synthesizer:
         code = cst.Module([]).code_for_node(new_expr)
         if guard is not None:
             return self._guarded(finding, guard, root_stmt, new_stmt, removable, code, companions, restated)
+        removable.extend(self.compound_at(pos) for pos in finding.dead)
         new_stmt = self._keep_separation(root_stmt.node, new_stmt, removable)
         footprint = [self._footprint(n) for n in [root_stmt.node, *removable, *restated]]
         return Edit({root_stmt.node: new_stmt, **restated}, set(removable), {}, footprint, code)
