@@ -655,7 +655,7 @@ def _clamp_at_lowest(match: Match, ix: MethodIndex) -> str | None:
     `s + finfo.min` overflowing), and the kernel adds its mask itself, so the rewrite clamps the mask
     the same way: `s + max(m, c)` equals `max(s + m, c)` on every row that keeps a key (the -inf
     entries weigh 0 both ways), and on a row that keeps none both are `c` throughout in float32 and
-    bfloat16, a uniform average of v (`c + s` rounds to `c` for |s| below half the spacing of the
+    bfloat16, a uniform average of v (`c + s` rounds to `c` for abs(s) below half the spacing of the
     dtype's largest values); the float32 0-d tensor of float64's lowest value is -inf, a clamp that
     does nothing, and so does the rewrite's. Any other bound is a near-miss."""
     clamp = match.nodes.get("s2c")
