@@ -55,16 +55,24 @@ def test_bert_patch_that_does_not_import_is_an_error(verifier):
     assert "no_such_kernel" in result.message
 
 
-def test_raw_waveform_model_is_built_and_its_rewrite_verified():
+def test_raw_waveform_model_is_built_and_its_rewrite_verified(tmp_path):
     """Wav2Vec2 reads a waveform (`input_values`), whose length the feature encoder's convolutions
     turn into frames: the harness gives it the samples for the shape's `seq_len` frames, with a
     padded last sample, so that its BART-style attention rewrite is verified, not dropped."""
     from engine.scan import scan_path
 
-    models = Path(transformers.__file__).parent / "models"
-    folder = models / "wav2vec2"
-    # with BART, the source of its `# Copied from` attention, which the rewrite keeps in step with
-    scanned = scan_path(models, include=["bart/modeling_bart.py", "wav2vec2/modeling_wav2vec2.py"])
+    installed = Path(transformers.__file__).parent / "models"
+    folder = installed / "wav2vec2"
+    # scanned as a copy, with BART, the source of its `# Copied from` attention, which the rewrite
+    # keeps in step with: the installed package may sit inside a project whose torch floor the
+    # scan would respect (a virtual environment in a checkout)
+    models = tmp_path / "transformers" / "models"
+    for rel in ("bart/modeling_bart.py", "wav2vec2/modeling_wav2vec2.py"):
+        (models / rel).parent.mkdir(parents=True, exist_ok=True)
+        (models / rel).write_text((installed / rel).read_text())
+    for package in (models.parent, models, models / "bart", models / "wav2vec2"):  # module names as installed
+        (package / "__init__.py").touch()
+    scanned = scan_path(models)
     assert "wav2vec2/modeling_wav2vec2.py" in scanned.files, "the default rules rewrite Wav2Vec2's attention"
     config = VerifyConfig(timeout_s=300, threads=1, hf_max_models=1, shapes=({"batch_size": 2, "seq_len": 12},))
     with Verifier(folder, config=config) as v:
