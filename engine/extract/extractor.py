@@ -688,6 +688,7 @@ class _MethodExtractor:
         self.caller_envs: list[dict[str, str]] = []  # the callers' name bindings at each inlined call
         self.inline_consts: dict[str, str] = {}  # inlined parameters bound to a constant -> its text
         self.generated: set[str] = set()  # temporaries and merge results made up by extraction
+        self.filled_in_place: dict[str, str] = {}  # a tensor's value after an in-place fill -> before it
         self.avoid_temps = fx.src.temp_like_names()
         self.positions = fx.src.positions
 
@@ -875,7 +876,11 @@ class _MethodExtractor:
                 value = self.expr(inner, scope, guard) if inner is not None else _const(None)
                 self.emit("yield", "yield", (value,), (), guard, stmt, outputs=())
             elif not isinstance(stmt.value, ast.Constant):  # docstrings
-                self.expr(stmt.value, scope, guard)
+                fill = self.in_place_fill(stmt.value, scope)
+                if fill is not None:
+                    self.fill_in_place(stmt, fill, scope, guard)
+                else:
+                    self.expr(stmt.value, scope, guard)
         elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             self.notes.append(f"line {stmt.lineno}: nested definition {stmt.name!r} not followed")
             scope.env.pop(stmt.name, None)
@@ -890,6 +895,56 @@ class _MethodExtractor:
         elif isinstance(stmt, ast.Match):
             self.notes.append(f"line {stmt.lineno}: match statement not followed")
         return guard
+
+    def in_place_fill(self, e: ast.expr, scope: _Scope) -> ast.Call | None:
+        """`name.masked_fill_(...)` on a local of this function's own body, as the out-of-place call."""
+        if not (type(e) is ast.Call and type(e.func) is ast.Attribute and e.func.attr in _IN_PLACE
+                and type(e.func.value) is ast.Name and e.func.value.id in scope.env) or self.inline_stack:
+            return None
+        func = ast.copy_location(ast.Attribute(e.func.value, _IN_PLACE[e.func.attr], ast.Load()), e.func)
+        return ast.copy_location(ast.Call(func, e.args, e.keywords), e)
+
+    def fill_in_place(self, stmt: ast.Expr, fill: ast.Call, scope: _Scope, guard: tuple[Cond, ...]) -> None:
+        """`s.masked_fill_(m, v)` is `s = s.masked_fill(m, v)` where that is exact: the tensor was
+        computed here by an op that makes a new one and nothing may hold it under another name, so no
+        other value sees the change. Otherwise the call stays in place, a statement reading `s`."""
+        target = fill.func.value  # type: ignore[attr-defined]
+        before = scope.env[target.id]
+        value = self.expr(fill, scope, guard)
+        node = self.nodes[-1]
+        if type(value) is Var and node.outputs == (value.name,) and self._unaliased(before, node):
+            self.bind(target, value, None, scope, guard, stmt)
+            self.filled_in_place[scope.env[target.id]] = before
+        else:
+            self.nodes[-1] = _new_node(node.kind, "." + stmt.value.func.attr, node.inputs,  # type: ignore[attr-defined]
+                                       node.kwargs, node.outputs, node.target, node.guard, node.pos, node.via)
+
+    def _unaliased(self, ssa: str, fill: Node) -> bool:
+        """The tensor `ssa` names (with the values it merges with or was filled in place from) is
+        one that an op of this function made new, and every read of it so far leaves no alias: a
+        metadata read, an op that computes a new tensor from it, a merge, an in-place fill."""
+        defs = {out: node for node in self.nodes for out in node.outputs}
+        group, todo = {ssa}, [ssa]
+        while todo:
+            current = todo.pop()
+            node = defs.get(current)
+            if node is None or not (node.kind == "phi" or current in self.filled_in_place
+                                    or node.kind == "op" and node.op in _FRESH_TENSOR):
+                return False
+            linked = [v.name for v in node.inputs if type(v) is Var] if node.kind == "phi" else \
+                [self.filled_in_place[current]] if current in self.filled_in_place else []
+            for user in self.nodes:
+                if user is fill or not any(_mentions(v, current) for v in (*user.inputs, *(v for _, v in user.kwargs))):
+                    continue
+                if user.kind == "phi" or any(out in self.filled_in_place for out in user.outputs):
+                    linked.extend(user.outputs)
+                elif not (user.kind == "op" and (user.op in _FRESH_TENSOR or _reads_metadata(user))):
+                    return False
+            for other in linked:
+                if other not in group:
+                    group.add(other)
+                    todo.append(other)
+        return True
 
     def if_statement(self, stmt: ast.If, scope: _Scope, guard: tuple[Cond, ...]) -> tuple[Cond, ...]:
         test = self.data_expr(stmt.test, scope, guard) if _has_data(stmt.test, scope) else None
@@ -1726,6 +1781,26 @@ def _parenthesize(text: str) -> str:
 _Name, _Constant, _Attribute, _Call = ast.Name, ast.Constant, ast.Attribute, ast.Call
 _BinOp, _Subscript, _Tuple, _List = ast.BinOp, ast.Subscript, ast.Tuple, ast.List
 _AST = ast.AST
+# in-place tensor methods read as their out-of-place form where the tensor has no alias
+# (`_MethodExtractor.in_place_fill`): the fill keeps the tensor's dtype either way
+_IN_PLACE = {"masked_fill_": "masked_fill"}
+# ops whose result is a tensor of its own, never a view of an operand
+_FRESH_TENSOR = {"matmul", "add", "sub", "mul", "div", "scale", "neg", "masked_fill", "torch.cat", "torch.where",
+                 "torch.einsum", "torch.baddbmm", "softmax"}
+_METADATA_READS = {"shape", "dtype", "device", "ndim", "is_cuda", "requires_grad", "layout"}
+
+
+def _reads_metadata(node: Node) -> bool:
+    if node.op in (".size", ".dim", ".numel", "len"):
+        return True
+    return node.op == "getattr" and len(node.inputs) == 2 and type(node.inputs[1]) is Const \
+        and node.inputs[1].value in _METADATA_READS
+
+
+def _mentions(operand: Operand, name: str) -> bool:
+    if type(operand) is Var:
+        return operand.name == name
+    return type(operand) is Seq and any(_mentions(item, name) for item in operand.items)
 _MAY_NAME_A_LAYER = {ast.Name, ast.Attribute, ast.Subscript}  # what `layer_target` can resolve
 
 

@@ -184,6 +184,12 @@ def _only_feeds_dropped_argument(use: Node, match: Match, ix: MethodIndex) -> li
                 if len(seen) > 8:
                     return None
                 frontier.append(user)
+    # a helper called for the value (`mask_value = max_neg_value(s)`, returning `-torch.finfo(t.dtype).max`)
+    # goes with its call only when all it computes is that value
+    sites = {n.via[0] for n in slice_nodes if n.via}
+    computed = {id(n) for n in slice_nodes} | matched.keys()
+    if any(n.via[:1] == (site,) and id(n) not in computed for site in sites for n in ix.method.nodes):
+        return None
     holders = [n.pos for n in match.nodes.values() if n.pos is not None]
     return [n for n in slice_nodes if not any(_inside(n.pos, h) for h in holders)]
 

@@ -783,7 +783,8 @@ class Synthesizer:
         for located in others.values():
             self._check_removable(located, method_nodes, removed_ids, match)
 
-        removed_stmts = set(others) | {self.statement_at(n.pos).node for n in finding.companions if n.pos is not None}
+        removed_stmts = set(others) | {self.statement_at(n.via[0] if n.via else n.pos).node
+                                       for n in finding.companions if n.pos is not None}
         try:
             restated = self._restatements(finding, removed_stmts, root_stmt) if finding.restated else {}
             new_code = self._kernel_code(match, root_expr)
@@ -800,7 +801,7 @@ class Synthesizer:
         self._check_names(match, root)
 
         removable = list(others)
-        companions = [self.statement_at(n.pos).node for n in finding.companions if n.pos is not None]
+        companions = [self.statement_at(n.via[0] if n.via else n.pos).node for n in finding.companions if n.pos is not None]
         for check in finding.checks:
             removable.append(self._raising_if(check))
         guard = self._guard(finding, root_stmt.node)
