@@ -536,7 +536,10 @@ class ShapeFacts:
         if len(node.inputs) < 2:
             return None
         left, right = self.shape(node.inputs[0]), self.shape(node.inputs[1])
-        if right is None or len(right.axes) < 2:
+        if right is None:
+            spec = _einsum_rank(node, Shape((), False))  # an einsum's spec alone proves the rank
+            return spec if spec.exact else None
+        if len(right.axes) < 2:
             return None  # a 1-D right operand contracts away the last axis: nothing proven
         col = right.axes[-1]
         if left is None or len(left.axes) < 2:

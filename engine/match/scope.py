@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 import re
 
-from engine.dsl.ir import HELPER_CONDITION, Cond, Const, FileModel, Node, Pos, Sym, Var
+from engine.dsl.ir import HELPER_CONDITION, Cond, Const, FileModel, Node, Pos, Seq, Sym, Var
 from engine.match import constraints
 from engine.match.matcher import FileIndexes, Finding, Match, MethodIndex, match_method
 from engine.match.rewritten_form import in_rewritten_form
@@ -266,6 +266,32 @@ def _restatement(use: Node, scores: set[str], ix: MethodIndex) -> tuple[Node, tu
     return (users[0], axes) if axes else None
 
 
+def _helper_argument(use: Node, match: Match, ix: MethodIndex) -> tuple[Node, tuple[str, ...]] | None:
+    """A read of the product's dtype or device in a helper the function calls with it, where the
+    helper reads nothing else of that argument (dalle's `max_neg_value(dots)`, returning
+    `-torch.finfo(t.dtype).max`): the call can take the query instead, which has both (`matmul`
+    takes operands of one dtype and gives that dtype). Synthesis writes the query's name at the call."""
+    if len(use.via) != 1 or not _reads_metadata_only(use) or use.op != "getattr" \
+            or use.inputs[1] not in (Const("dtype"), Const("device")) or not isinstance(use.inputs[0], Var):
+        return None
+    product = match.nodes.get("s0")
+    name = use.inputs[0].name
+    if product is None or product.outputs[:1] != (name,) or "q" not in match.bindings:
+        return None
+    for node in ix.method.nodes:
+        if node.via[:1] == use.via and node is not use and not (
+                _reads_metadata_only(node) and node.op == "getattr" and node.inputs[1] in (Const("dtype"), Const("device"))) \
+                and any(_mentions(v, name) for v in (*node.inputs, *(v for _, v in node.kwargs))):
+            return None
+    return use, ("argument",)
+
+
+def _mentions(operand, name: str) -> bool:
+    if isinstance(operand, Var):
+        return operand.name == name
+    return isinstance(operand, Seq) and any(_mentions(item, name) for item in operand.items)
+
+
 def _shape_check(use: Node, ix: MethodIndex):
     """The position of an `if` test that only validates a shape and raises, if `use` is such a read."""
     if not _reads_metadata_only(use) or use.pos is None:
@@ -391,7 +417,8 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding | N
                 where = f"line {use.pos.line}" if use.pos else "a merge"
                 what = "returned" if use.kind == "return" else "stored" if use.kind == "store" else f"used by `{use.op}`"
                 if not extra:
-                    restated = _restatement(use, scores, ix) if not rule.detect_only else None
+                    restated = (_restatement(use, scores, ix) or _helper_argument(use, match, ix)) \
+                        if not rule.detect_only else None
                     if restated is not None:
                         # `torch.eye(dots.shape[-1], device=dots.device)` where the kernel runs: the
                         # kept statement reads the key's length and the query's device instead

@@ -648,6 +648,9 @@ class Synthesizer:
         exprs: dict[cst.CSTNode, dict[cst.CSTNode, cst.BaseExpression]] = {}
         for node, axes in finding.restated:
             assert node.pos is not None
+            if axes == ("argument",):
+                self._restated_argument(node, match, removed, root, exprs)
+                continue
             what = "device" if axes == ("device",) else "shape"
             if node.via:
                 raise SynthesisError(f"line {node.pos.line} reads the scores' {what} in a helper")
@@ -677,6 +680,31 @@ class Synthesizer:
             rewriter.deep = True
             out[stmt] = stmt.visit(rewriter)
         return out
+
+    def _restated_argument(self, node: Node, match: Match, removed: set[cst.CSTNode], root: _Located,
+                           exprs: dict[cst.CSTNode, dict[cst.CSTNode, cst.BaseExpression]]) -> None:
+        """The call of a helper that reads only the scores' dtype or device (scope `_helper_argument`),
+        given the query instead: `max_neg_value(dots)` -> `max_neg_value(q)`."""
+        site = node.via[0]
+        located = self.statement_at(site)
+        if located.node in removed:
+            return
+        if located.node is root.node:
+            raise SynthesisError(f"line {site.line} reads the scores' metadata beside the rewritten value")
+        call = self.expression_at(site)
+        nodes = match.method.nodes
+        after = next((i for i, n in enumerate(nodes) if n is node), len(nodes))
+        at = next((n for n in nodes[after:] if not n.via), None)
+        found = layout.sequence_axis(match, "q")
+        query = self._named_at(found[0], match, at) if found is not None and at is not None else None
+        scores = _python_name(node.inputs[0].name)  # type: ignore[union-attr]
+        if not isinstance(call, cst.Call) or query is None or not re.fullmatch(r"[A-Za-z_]\w*", query):
+            raise SynthesisError(f"line {site.line} hands the scores to a helper, and the query has no name there")
+        args = [a.with_changes(value=cst.Name(query)) if isinstance(a.value, cst.Name) and a.value.value == scores else a
+                for a in call.args]
+        if all(a is b for a, b in zip(args, call.args, strict=True)):
+            raise SynthesisError(f"line {site.line} hands the scores to a helper other than by name")
+        exprs.setdefault(located.node, {})[call] = call.with_changes(args=args)
 
     def _named_at(self, operand: Operand, match: Match, at: Node) -> str | None:
         """The name that holds `operand` where `at` runs, or None (a temporary, or a name the code
