@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 import re
 
-from engine.dsl.ir import HELPER_CONDITION, Cond, Const, FileModel, Node, Pos, Seq, Sym, Var
+from engine.dsl.ir import HELPER_CONDITION, Cond, Const, FileModel, Node, Pos, Sym, Var
 from engine.match import constraints
 from engine.match.matcher import FileIndexes, Finding, Match, MethodIndex, match_method
 from engine.match.rewritten_form import in_rewritten_form
@@ -266,30 +266,42 @@ def _restatement(use: Node, scores: set[str], ix: MethodIndex) -> tuple[Node, tu
     return (users[0], axes) if axes else None
 
 
+def _product_dtyped(match: Match) -> set[str]:
+    """The product of `$q` and `$k` and its scalings by a number: values of the product's dtype."""
+    names = set()
+    for key in ("s0", "s1", "s1b"):
+        node = match.nodes.get(key)
+        if node is None:
+            continue
+        if key != "s0" and not (node.op == "scale" and isinstance(node.inputs[1], Const)
+                                and isinstance(node.inputs[0], Var) and node.inputs[0].name in names):
+            break
+        names.add(node.outputs[0])
+    return names
+
+
 def _helper_argument(use: Node, match: Match, ix: MethodIndex) -> tuple[Node, tuple[str, ...]] | None:
     """A read of the product's dtype or device in a helper the function calls with it, where the
-    helper reads nothing else of that argument (dalle's `max_neg_value(dots)`, returning
+    helper computes its result from that read alone (dalle's `max_neg_value(dots)`, returning
     `-torch.finfo(t.dtype).max`): the call can take the query instead, which has both (`matmul`
     takes operands of one dtype and gives that dtype). Synthesis writes the query's name at the call."""
     if len(use.via) != 1 or not _reads_metadata_only(use) or use.op != "getattr" \
             or use.inputs[1] not in (Const("dtype"), Const("device")) or not isinstance(use.inputs[0], Var):
         return None
-    product = match.nodes.get("s0")
     name = use.inputs[0].name
-    if product is None or product.outputs[:1] != (name,) or "q" not in match.bindings:
+    if name not in _product_dtyped(match) or "q" not in match.bindings:
         return None
-    for node in ix.method.nodes:
-        if node.via[:1] == use.via and node is not use and not (
-                _reads_metadata_only(node) and node.op == "getattr" and node.inputs[1] in (Const("dtype"), Const("device"))) \
-                and any(_mentions(v, name) for v in (*node.inputs, *(v for _, v in node.kwargs))):
+    # the helper computes its result from that read alone and does nothing else (so a call whose
+    # result nothing reads can go)
+    helper = [n for n in ix.method.nodes if n.via[:1] == use.via]
+    made = {out for n in helper for out in n.outputs}
+    for node in helper:
+        if node.kind != "op" or not node.outputs or not all(ix.uses.get(out) for out in node.outputs):
+            return None
+        if node is not use and not all(isinstance(v, Const) or isinstance(v, Var) and v.name in made
+                                       for v in (*node.inputs, *(v for _, v in node.kwargs))):
             return None
     return use, ("argument",)
-
-
-def _mentions(operand, name: str) -> bool:
-    if isinstance(operand, Var):
-        return operand.name == name
-    return isinstance(operand, Seq) and any(_mentions(item, name) for item in operand.items)
 
 
 def _shape_check(use: Node, ix: MethodIndex):

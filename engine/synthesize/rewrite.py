@@ -706,6 +706,17 @@ class Synthesizer:
             raise SynthesisError(f"line {site.line} hands the scores to a helper other than by name")
         exprs.setdefault(located.node, {})[call] = call.with_changes(args=args)
 
+    def _helper_calls(self, finding: Finding) -> list[cst.CSTNode]:
+        """The statements that only assign the result of a helper call restated on the query."""
+        out = []
+        for node, axes in finding.restated:
+            if axes == ("argument",):
+                located = self.statement_at(node.via[0])
+                small = located.node.body[0] if len(located.node.body) == 1 else None  # type: ignore[attr-defined]
+                if isinstance(small, cst.Assign) and small.value.deep_equals(self.expression_at(node.via[0])):
+                    out.append(located.node)
+        return out
+
     def _named_at(self, operand: Operand, match: Match, at: Node) -> str | None:
         """The name that holds `operand` where `at` runs, or None (a temporary, or a name the code
         assigns again in between)."""
@@ -1005,6 +1016,13 @@ class Synthesizer:
                              set(removable), facts=kernel_facts)
         column = self.positions[anchor].start.column
         kept = self._branch(run_inside, rewriter)
+        # a helper call given the query (`mask_value = max_neg_value(q)`) that only the original's
+        # fills read: not made on the kernel's path
+        calls = [restated[stmt] for stmt in self._helper_calls(finding) if stmt in restated]
+        if calls:
+            kept = _without_unread(kept, calls, body[body.index(run[-1]) + 1:])
+            if kept and hasattr(kept[0], "leading_lines"):
+                kept[0] = kept[0].with_changes(leading_lines=_from_first_comment(kept[0].leading_lines))
         if any(_decided_ifs(s, original_facts) for s in run_inside):
             original = self._branch(list(run_inside), _Rewriter({}, set(), facts=original_facts))
         else:  # nothing to fold: the original branch is the run itself (libcst nodes are immutable)
