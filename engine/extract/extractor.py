@@ -1786,7 +1786,7 @@ _AST = ast.AST
 _IN_PLACE = {"masked_fill_": "masked_fill"}
 # ops whose result is a tensor of its own, never a view of an operand
 _FRESH_TENSOR = {"matmul", "add", "sub", "mul", "div", "scale", "neg", "masked_fill", "torch.cat", "torch.where",
-                 "torch.einsum", "torch.baddbmm", "softmax"}
+                 "torch.baddbmm", "softmax"}  # (not an einsum: `torch.einsum('ij->ji', x)` is a view of x)
 _METADATA_READS = {"shape", "dtype", "device", "ndim", "is_cuda", "requires_grad", "layout"}
 
 
