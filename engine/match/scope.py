@@ -186,9 +186,10 @@ def _only_feeds_dropped_argument(use: Node, match: Match, ix: MethodIndex) -> li
                 frontier.append(user)
     # a helper called for the value (`mask_value = max_neg_value(s)`, returning `-torch.finfo(t.dtype).max`)
     # goes with its call only when all it computes is that value
-    sites = {n.via[0] for n in slice_nodes if n.via}
+    depth = len(match.root.via)
+    sites = {n.via[:depth + 1] for n in slice_nodes if len(n.via) > depth}
     computed = {id(n) for n in slice_nodes} | matched.keys()
-    if any(n.via[:1] == (site,) and id(n) not in computed for site in sites for n in ix.method.nodes):
+    if any(n.via[:depth + 1] == site and id(n) not in computed for site in sites for n in ix.method.nodes):
         return None
     holders = [n.pos for n in match.nodes.values() if n.pos is not None]
     return [n for n in slice_nodes if not any(_inside(n.pos, h) for h in holders)]
@@ -285,7 +286,7 @@ def _helper_argument(use: Node, match: Match, ix: MethodIndex) -> tuple[Node, tu
     helper computes its result from that read alone (dalle's `max_neg_value(dots)`, returning
     `-torch.finfo(t.dtype).max`): the call can take the query instead, which has both (`matmul`
     takes operands of one dtype and gives that dtype). Synthesis writes the query's name at the call."""
-    if len(use.via) != 1 or not _reads_metadata_only(use) or use.op != "getattr" \
+    if match.root.via or len(use.via) != 1 or not _reads_metadata_only(use) or use.op != "getattr" \
             or use.inputs[1] not in (Const("dtype"), Const("device")) or not isinstance(use.inputs[0], Var):
         return None
     name = use.inputs[0].name

@@ -822,8 +822,7 @@ class Synthesizer:
         for located in others.values():
             self._check_removable(located, method_nodes, removed_ids, match)
 
-        removed_stmts = set(others) | {self.statement_at(n.via[0] if n.via else n.pos).node
-                                       for n in finding.companions if n.pos is not None}
+        removed_stmts = set(others) | {self.statement_at(_at_body(n, root)).node for n in finding.companions if n.pos is not None}
         try:
             restated = self._restatements(finding, removed_stmts, root_stmt) if finding.restated else {}
             new_code = self._kernel_code(match, root_expr)
@@ -840,7 +839,7 @@ class Synthesizer:
         self._check_names(match, root)
 
         removable = list(others)
-        companions = [self.statement_at(n.via[0] if n.via else n.pos).node for n in finding.companions if n.pos is not None]
+        companions = [self.statement_at(_at_body(n, root)).node for n in finding.companions if n.pos is not None]
         for check in finding.checks:
             removable.append(self._raising_if(check))
         guard = self._guard(finding, root_stmt.node)
@@ -1403,6 +1402,12 @@ def _whole_value(stmt: cst.CSTNode, expr: cst.BaseExpression) -> bool:
     small = stmt.body[0]
     value = small.value if isinstance(small, (cst.Return, cst.Assign, cst.AnnAssign)) else None
     return value is not None and value.with_changes(lpar=[], rpar=[]).deep_equals(expr)
+
+
+def _at_body(node: Node, root: Node) -> Pos:
+    """Where `node` is written in the body that holds `root`: its own position, or the call there of
+    the helper it was inlined from (`mask_value = max_neg_value(s)`)."""
+    return node.via[len(root.via)] if len(node.via) > len(root.via) else node.pos  # type: ignore[return-value]
 
 
 def _from_first_comment(lines) -> list:
