@@ -1781,6 +1781,7 @@ def _parenthesize(text: str) -> str:
 _Name, _Constant, _Attribute, _Call = ast.Name, ast.Constant, ast.Attribute, ast.Call
 _BinOp, _Subscript, _Tuple, _List = ast.BinOp, ast.Subscript, ast.Tuple, ast.List
 _AST = ast.AST
+_MAY_NAME_A_LAYER = {ast.Name, ast.Attribute, ast.Subscript}  # what `layer_target` can resolve
 # in-place tensor methods read as their out-of-place form where the tensor has no alias
 # (`_MethodExtractor.in_place_fill`): the fill keeps the tensor's dtype either way
 _IN_PLACE = {"masked_fill_": "masked_fill"}
@@ -1801,8 +1802,6 @@ def _mentions(operand: Operand, name: str) -> bool:
     if type(operand) is Var:
         return operand.name == name
     return type(operand) is Seq and any(_mentions(item, name) for item in operand.items)
-_MAY_NAME_A_LAYER = {ast.Name, ast.Attribute, ast.Subscript}  # what `layer_target` can resolve
-
 
 
 def _is_scripted(fn: ast.FunctionDef) -> bool:
