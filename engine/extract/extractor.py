@@ -64,6 +64,9 @@ class Source:
         self._temps: set[str] | None = None
         self.positions: dict[int, Pos] = {}  # id(ast node) -> Pos; the tree outlives this Source
         self._unparsed: dict[int, str] = {}  # id(ast node) -> its text by ast.unparse
+        # nodes extraction builds (an in-place fill's out-of-place form): held as long as the two
+        # caches above, which an id freed and reused by another node would otherwise answer wrongly
+        self.made: list[ast.AST] = []
 
     def temp_like_names(self) -> set[str]:
         """Identifiers of the file that look like our temporaries (`_t12`), to avoid them."""
@@ -902,7 +905,9 @@ class _MethodExtractor:
                 and type(e.func.value) is ast.Name and e.func.value.id in scope.env) or self.inline_stack:
             return None
         func = ast.copy_location(ast.Attribute(e.func.value, _IN_PLACE[e.func.attr], ast.Load()), e.func)
-        return ast.copy_location(ast.Call(func, e.args, e.keywords), e)
+        call = ast.copy_location(ast.Call(func, e.args, e.keywords), e)
+        self.src.made.extend((func, call))
+        return call
 
     def fill_in_place(self, stmt: ast.Expr, fill: ast.Call, scope: _Scope, guard: tuple[Cond, ...]) -> None:
         """`s.masked_fill_(m, v)` is `s = s.masked_fill(m, v)` where that is exact: the tensor was
