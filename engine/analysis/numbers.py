@@ -279,9 +279,10 @@ def constructor_single_element(tree: ast.Module, cls: str, text: str) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------
-# Integer attributes: `self.dim`, set once in `__init__` from a constant or from a parameter, holds
-# an integer where the parameter's default and what every construction of the class in the file
-# passes for it are integer literals. A construction is a call of the class, or of a
+# Integer attributes: `self.dim`, set once in `__init__` from integer arithmetic of constants and
+# parameters (`dim if dim >= 0 else total_dim + dim`), holds an integer where each parameter's
+# default and what every construction of the class in the file passes for it are integer literals
+# (every combination of those values is evaluated). A construction is a call of the class, or of a
 # `functools.partial` of it bound to a module-level name (`ChanLayerNorm = partial(LayerNorm,
 # dim=-3)`), whose own calls may pass the parameter again. Any other use of those names (a subclass,
 # the class passed as a value, `*args` / `**kwargs` at a call) leaves the value unproven.

@@ -301,8 +301,9 @@ class ShapeFacts:
     def int_attribute(self, operand: Operand | None) -> frozenset[int] | None:
         """The integers `operand` can be where it is an attribute of the module (`self.dim`, or a
         variable assigned from it) that engine.analysis.numbers proves holds an integer: set once in
-        `__init__` from a constant or a parameter that every construction in the file passes an
-        integer literal for (or leaves to an integer default). None where that is not proven."""
+        `__init__` from integer arithmetic of constants and parameters that every construction in
+        the file passes integer literals for (or leaves to integer defaults). None where that is not
+        proven."""
         text = self.attribute_of(operand)
         if text is None or self.cls is None or self.method.pos is None:
             return None

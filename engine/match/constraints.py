@@ -346,11 +346,16 @@ def _stats_over_last_axis(match: Match, ix: MethodIndex) -> str | None:
     engine/analysis/shapes.py `trailing_axes`) the kernel normalizes over N: `$nshape` is bound to
     N, and the statements computing the tuple go with the match where nothing else reads them; so
     is the last axis where an earlier assert proves len(N) == 1 (engine/analysis/shapes.py
-    `asserted_single`), the assert going with the match. Over
-    one axis an attribute holds (`dim = self.dim`) that is proven an integer (set in `__init__` from
-    a parameter every construction in the file passes an integer for; engine/analysis/shapes.py
-    `int_attribute`), `$axis` alone is bound, to that value: the kernel normalizes the input with it
-    moved last, over its size, and the result is moved back."""
+    `asserted_single`), the assert going with the match. Over several constant axes (a tuple
+    written out, or held by a local the statistics alone read: `stat_dim = (1, 3)`, which goes with
+    the match) `$axes` and `$last` are bound (the axes in increasing order, and as many trailing
+    ones): the kernel normalizes the input with them moved last by one movedim, over their sizes,
+    and the result is moved back, the weight and bias again applied as written. Over one axis an
+    attribute holds (`dim = self.dim`) that is proven an integer (set in `__init__` from integer
+    arithmetic of parameters every construction in the file passes integers for, `dim if dim >= 0
+    else total_dim + dim`; engine/analysis/shapes.py `int_attribute`), `$axis` alone is bound, to
+    that value: the kernel normalizes the input with it moved last, over its size, and the result
+    is moved back."""
     axes: set[int | tuple[int, ...]] = set()  # one constant axis, or several (in increasing order)
     trailing: dict[str, Operand] = {}  # the normalized shape N of statistics over the last len(N) axes
     computed: list = []  # the nodes computing those tuples of axes
