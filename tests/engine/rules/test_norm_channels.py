@@ -25,7 +25,9 @@ import torch.nn.functional as F
 EPS = torch.finfo(torch.float64).eps
 """
 
-CHANNELWISE = HEADER + '''
+CHANNELWISE = (
+    HEADER
+    + """
 class Norm(nn.Module):
     def __init__(self, c):
         super().__init__()
@@ -36,9 +38,12 @@ class Norm(nn.Module):
         mean = torch.mean(y, dim=1, keepdim=True)
         var = torch.var(y, dim=1, keepdim=True, unbiased=False)
         return self.gamma * (y - mean) / torch.pow(var + EPS, 0.5) + self.beta
-'''
+"""
+)
 
-GLOBAL = HEADER + '''
+GLOBAL = (
+    HEADER
+    + """
 class Norm(nn.Module):
     def __init__(self, c):
         super().__init__()
@@ -49,10 +54,13 @@ class Norm(nn.Module):
         mean = y.mean(dim=(1, 2), keepdim=True)
         var = (torch.pow(y - mean, 2)).mean(dim=(1, 2), keepdim=True)
         return self.gamma * (y - mean) / torch.pow(var + EPS, 0.5) + self.beta
-'''
+"""
+)
 
 # statistics over a local tuple of axes, under a rank check that raises otherwise
-LOCAL_AXES = HEADER + '''
+LOCAL_AXES = (
+    HEADER
+    + """
 class Norm(nn.Module):
     def __init__(self, c):
         super().__init__()
@@ -68,10 +76,13 @@ class Norm(nn.Module):
         mu_ = x.mean(dim=stat_dim, keepdim=True)
         std_ = torch.sqrt(x.var(dim=stat_dim, unbiased=False, keepdim=True) + self.eps)
         return ((x - mu_) / std_) * self.gamma + self.beta
-'''
+"""
+)
 
 # a 5-D view of a 4-D input whose unpacking rebinds `F`: the kernel is not called through it
-HEADS = HEADER + '''
+HEADS = (
+    HEADER
+    + """
 class Norm(nn.Module):
     def __init__(self, c):
         super().__init__()
@@ -89,11 +100,14 @@ class Norm(nn.Module):
         std_ = torch.sqrt(x.var(dim=stat_dim, unbiased=False, keepdim=True) + self.eps)
         x = ((x - mu_) / std_) * self.gamma + self.beta
         return x
-'''
+"""
+)
 
 # the axis an attribute holds, set from integer arithmetic of two parameters; the file builds the
 # class with integer literals only
-ATTRIBUTE = HEADER + '''
+ATTRIBUTE = (
+    HEADER
+    + """
 class LayerNormalization(nn.Module):
     def __init__(self, input_dim, dim=1, total_dim=4, eps=1e-5):
         super().__init__()
@@ -115,10 +129,13 @@ def Norm(c):
 
 def channels_first(c):
     return LayerNormalization(c)
-'''
+"""
+)
 
 # channels first with the variance as the mean of squares of the centred input, affine under a flag
-SQUARES = HEADER + '''
+SQUARES = (
+    HEADER
+    + """
 class Norm(nn.LayerNorm):
     def __init__(self, c):
         super().__init__(c, dtype=torch.float64)
@@ -132,11 +149,14 @@ class Norm(nn.LayerNorm):
         if self.elementwise_affine:
             out = out * self.weight.view(1, -1, 1, 1) + self.bias.view(1, -1, 1, 1)
         return out
-'''
+"""
+)
 
 # HorNet: the fused kernel on the channels-last branch normalizes the last axis, another norm than
 # the channels-first branch's
-TWO_FORMATS = HEADER + '''
+TWO_FORMATS = (
+    HEADER
+    + """
 class Norm(nn.Module):
     def __init__(self, c, data_format="channels_first"):
         super().__init__()
@@ -155,21 +175,40 @@ class Norm(nn.Module):
             x = (x - u) / torch.sqrt(s + self.eps)
             x = self.weight[:, None, None] * x + self.bias[:, None, None]
             return x
-'''
+"""
+)
 
 CASES = {
     # name: (source, input shape, what the rewrite must say)
     "cLN: dim=1, pow(v, 0.5), weight before the division": (CHANNELWISE, (2, 6, 5), "movedim(1,-1)"),
     "gLN: dims (1, 2)": (GLOBAL, (2, 6, 5), "movedim((1,2),(-2,-1))"),
-    "local (1,) of 4-D": (LOCAL_AXES.format(g="1, c, 1, 1", rank=4, axes="(1,)"), (2, 6, 3, 4), "movedim(1,-1)"),
-    "local (1, 3) of 4-D": (LOCAL_AXES.format(g="1, c, 1, 4", rank=4, axes="(1, 3)"), (2, 6, 3, 4),
-                            "movedim((1,3),(-2,-1))"),
-    "local (3, 1) of 4-D": (LOCAL_AXES.format(g="1, c, 1, 4", rank=4, axes="(3, 1)"), (2, 6, 3, 4),
-                            "movedim((1,3),(-2,-1))"),
+    "local (1,) of 4-D": (
+        LOCAL_AXES.format(g="1, c, 1, 1", rank=4, axes="(1,)"),
+        (2, 6, 3, 4),
+        "movedim(1,-1)",
+    ),
+    "local (1, 3) of 4-D": (
+        LOCAL_AXES.format(g="1, c, 1, 4", rank=4, axes="(1, 3)"),
+        (2, 6, 3, 4),
+        "movedim((1,3),(-2,-1))",
+    ),
+    "local (3, 1) of 4-D": (
+        LOCAL_AXES.format(g="1, c, 1, 4", rank=4, axes="(3, 1)"),
+        (2, 6, 3, 4),
+        "movedim((1,3),(-2,-1))",
+    ),
     "local (2, 4) of a 5-D view": (HEADS.format(axes="(2, 4)"), (2, 6, 3, 4), "movedim((2,4),(-2,-1))"),
     "local (2,) of a 5-D view": (HEADS.format(axes="(2,)"), (2, 6, 3, 4), "movedim(2,-1)"),
-    "attribute from dim and total_dim, last axis": (ATTRIBUTE.format(back=1), (2, 3, 2, 4, 6), "movedim(self.dim,-1)"),
-    "attribute from dim and total_dim, axis 2": (ATTRIBUTE.format(back=3), (2, 3, 6, 4, 2), "movedim(self.dim,-1)"),
+    "attribute from dim and total_dim, last axis": (
+        ATTRIBUTE.format(back=1),
+        (2, 3, 2, 4, 6),
+        "movedim(self.dim,-1)",
+    ),
+    "attribute from dim and total_dim, axis 2": (
+        ATTRIBUTE.format(back=3),
+        (2, 3, 6, 4, 2),
+        "movedim(self.dim,-1)",
+    ),
     "channels first, torch.square": (SQUARES, (2, 6, 3, 4), "movedim(1,-1)"),
     "channels first beside a channels-last fused call": (TWO_FORMATS, (2, 6, 3, 4), "movedim(1,-1)"),
 }
@@ -181,7 +220,9 @@ def _run(text: str, shape: tuple[int, ...], train: bool):
     torch.manual_seed(0)
     module = namespace["Norm"](6)  # every case's channel axis has 6 entries
     module.train(train)
-    x = torch.randn(*shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64, requires_grad=True)
+    x = torch.randn(
+        *shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64, requires_grad=True
+    )
     out = module(x)
     weights = torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view(out.shape)
     grads = torch.autograd.grad((out * weights).sum(), (x, *module.parameters()))
@@ -216,19 +257,30 @@ def test_the_weight_and_bias_apply_after_the_kernel_in_the_original_layout():
 NEAR_MISSES = {
     # name: (source, a part of the near-miss reason)
     "unbiased variance over a local tuple": (
-        LOCAL_AXES.format(g="1, c, 1, 4", rank=4, axes="(1, 3)").replace("unbiased=False, ", ""), "unbiased"),
+        LOCAL_AXES.format(g="1, c, 1, 4", rank=4, axes="(1, 3)").replace("unbiased=False, ", ""),
+        "unbiased",
+    ),
     "eps outside the root": (
-        CHANNELWISE.replace("torch.pow(var + EPS, 0.5)", "(torch.pow(var, 0.5) + EPS)"), "outside the square root"),
+        CHANNELWISE.replace("torch.pow(var + EPS, 0.5)", "(torch.pow(var, 0.5) + EPS)"),
+        "outside the square root",
+    ),
     "mean and variance over different tuples": (
-        GLOBAL.replace("(torch.pow(y - mean, 2)).mean(dim=(1, 2)", "(torch.pow(y - mean, 2)).mean(dim=(0, 2)"),
-        "different axes"),
+        GLOBAL.replace(
+            "(torch.pow(y - mean, 2)).mean(dim=(1, 2)", "(torch.pow(y - mean, 2)).mean(dim=(0, 2)"
+        ),
+        "different axes",
+    ),
     "an axis held by a local set on two branches": (
         LOCAL_AXES.format(g="1, c, 1, 4", rank=4, axes="(1, 3)").replace(
-            'raise ValueError("Expect x to have 4 dimensions")', "stat_dim = (1,)"), "stat_dim"),
+            'raise ValueError("Expect x to have 4 dimensions")', "stat_dim = (1,)"
+        ),
+        "stat_dim",
+    ),
     "an axis named twice": (LOCAL_AXES.format(g="1, c, 1, 4", rank=4, axes="(1, 1)"), "stat_dim"),
     "a construction passes a non-literal dim": (
         ATTRIBUTE.format(back=1).replace("LayerNormalization(c)", "LayerNormalization(c, dim=c - 1)"),
-        "not proven to hold one integer axis"),
+        "not proven to hold one integer axis",
+    ),
 }
 
 
@@ -237,19 +289,29 @@ def test_near_misses_are_not_rewritten(case):
     source, reason = NEAR_MISSES[case]
     findings, new = scan_source(source, select_rules("layer-norm"), "case.py", "case")
     assert new == source, new
-    assert findings and all(f.status == "near-miss" for f in findings), [(f.status, f.reason) for f in findings]
+    assert findings and all(f.status == "near-miss" for f in findings), [
+        (f.status, f.reason) for f in findings
+    ]
     assert any(reason in (f.reason or "") for f in findings), [f.reason for f in findings]
 
 
 def test_a_fused_call_on_the_same_norm_keeps_the_manual_branch():
     # the fused branch normalizes the channels moved last: it may compute the same norm, and the
     # manual branch is its fallback
-    same = TWO_FORMATS.replace("F.layer_norm(x, self.normalized_shape",
-                               "F.layer_norm(x.movedim(1, -1), self.normalized_shape")
+    same = TWO_FORMATS.replace(
+        "F.layer_norm(x, self.normalized_shape", "F.layer_norm(x.movedim(1, -1), self.normalized_shape"
+    )
     findings, new = scan_source(same, select_rules("layer-norm"), "case.py", "case")
-    assert new == same and [f.status for f in findings] == ["already-fused"], [(f.status, f.reason) for f in findings]
+    assert new == same and [f.status for f in findings] == ["already-fused"], [
+        (f.status, f.reason) for f in findings
+    ]
     # and a manual norm over the last axis beside F.layer_norm of the same input is its fallback
-    last = TWO_FORMATS.replace("x.mean(1,", "x.mean(-1,").replace(".mean(1,", ".mean(-1,").replace(
-        "self.weight[:, None, None] * x + self.bias[:, None, None]", "self.weight * x + self.bias")
+    last = (
+        TWO_FORMATS.replace("x.mean(1,", "x.mean(-1,")
+        .replace(".mean(1,", ".mean(-1,")
+        .replace("self.weight[:, None, None] * x + self.bias[:, None, None]", "self.weight * x + self.bias")
+    )
     findings, new = scan_source(last, select_rules("layer-norm"), "case.py", "case")
-    assert new == last and [f.status for f in findings] == ["already-fused"], [(f.status, f.reason) for f in findings]
+    assert new == last and [f.status for f in findings] == ["already-fused"], [
+        (f.status, f.reason) for f in findings
+    ]
