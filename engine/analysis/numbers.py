@@ -355,7 +355,7 @@ def attribute_int_values(tree: ast.Module, cls: str, attr: str) -> frozenset[int
     if len(combinations) > _COMBINATIONS:
         return None
     values = {_int_value(value, dict(zip(names, c, strict=True))) for c in combinations}
-    return None if None in values else frozenset(v for v in values if v is not None)
+    return None if None in values else frozenset(values)  # type: ignore[arg-type]
 
 
 _COMBINATIONS = 64  # at most this many combinations of the parameters' values are evaluated

@@ -182,6 +182,12 @@ CASES = {
     # name: (source, input shape, what the rewrite must say)
     "cLN: dim=1, pow(v, 0.5), weight before the division": (CHANNELWISE, (2, 6, 5), "movedim(1,-1)"),
     "gLN: dims (1, 2)": (GLOBAL, (2, 6, 5), "movedim((1,2),(-2,-1))"),
+    # the sizes of the axes are read with no name of the rewrite's own that could capture the input's
+    "gLN of an input named d": (
+        GLOBAL.replace("(self, y)", "(self, d)").replace("y.mean", "d.mean").replace("y - mean", "d - mean"),
+        (2, 6, 5),
+        "map(d.size,(1,2))",
+    ),
     "local (1,) of 4-D": (
         LOCAL_AXES.format(g="1, c, 1, 1", rank=4, axes="(1,)"),
         (2, 6, 3, 4),
