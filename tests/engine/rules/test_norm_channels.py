@@ -267,7 +267,10 @@ NEAR_MISSES = {
         "unbiased",
     ),
     "eps outside the root": (
-        CHANNELWISE.replace("torch.pow(var + EPS, 0.5)", "(torch.pow(var, 0.5) + EPS)"),
+        CHANNELWISE.replace(
+            "self.gamma * (y - mean) / torch.pow(var + EPS, 0.5)",
+            "(y - mean) / (torch.pow(var, 0.5) + EPS) * self.gamma",
+        ),
         "outside the square root",
     ),
     "mean and variance over different tuples": (
