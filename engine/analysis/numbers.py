@@ -343,7 +343,8 @@ def attribute_int_values(tree: ast.Module, cls: str, attr: str) -> frozenset[int
     for name in sorted({n.id for n in ast.walk(value) if isinstance(n, ast.Name)}):
         if name not in positional and name not in {a.arg for a in init.args.kwonlyargs}:
             return None
-        if any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store) for n in ast.walk(init)):
+        if any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store)
+               for n in ast.walk(init)):
             return None  # the parameter is rebound before or after
         index = positional.index(name) if name in positional else None
         found = _construction_values(tree, cls, name, index, defaults.get(name))
@@ -351,7 +352,8 @@ def attribute_int_values(tree: ast.Module, cls: str, attr: str) -> frozenset[int
             return None
         params[name] = found
     names = list(params)
-    combinations = list(itertools.islice(itertools.product(*(sorted(params[n]) for n in names)), _COMBINATIONS + 1))
+    combinations = list(itertools.islice(itertools.product(*(sorted(params[n]) for n in names)),
+                                         _COMBINATIONS + 1))
     if len(combinations) > _COMBINATIONS:
         return None
     values = {_int_value(value, dict(zip(names, c, strict=True))) for c in combinations}

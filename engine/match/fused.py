@@ -238,7 +238,8 @@ def already_fused_reason(tree: ast.Module, module: str, lines: Iterable[int], ke
             continue
         sites = kernel_sites
         if other_axes_of is not None:
-            sites = {**kernel_sites, fn: [c for c in kernel_sites.get(fn, ()) if not _given_parameter(c, fn, other_axes_of)]}
+            sites = {**kernel_sites,
+                     fn: [c for c in kernel_sites.get(fn, ()) if not _given_parameter(c, fn, other_axes_of)]}
         reason = _fused_beside(file, stmt, fn, sites, depth=0, own=own)
         if reason:
             return reason
