@@ -350,7 +350,8 @@ def _stats_over_last_axis(match: Match, ix: MethodIndex) -> str | None:
     written out, or held by a local the statistics alone read: `stat_dim = (1, 3)`, which goes with
     the match) `$axes` and `$last` are bound (the axes in increasing order, and as many trailing
     ones): the kernel normalizes the input with them moved last by one movedim, over their sizes,
-    and the result is moved back, the weight and bias again applied as written. Over one axis an
+    and the result is moved back, the weight and bias again applied as written (for a rule whose
+    template reads `$axes`; for another, several axes are a near-miss). Over one axis an
     attribute holds (`dim = self.dim`) that is proven an integer (set in `__init__` from integer
     arithmetic of parameters every construction in the file passes integers for, `dim if dim >= 0
     else total_dim + dim`; engine/analysis/shapes.py `int_attribute`), `$axis` alone is bound, to
@@ -410,6 +411,8 @@ def _stats_over_last_axis(match: Match, ix: MethodIndex) -> str | None:
         match.bindings["nshape"] = next(iter(trailing.values()))
         return None
     held = axes.pop() if axes else -1
+    if isinstance(held, tuple) and "$axes" not in (match.rule.rewrite or ""):
+        return f"the statistics are over the axes {held}, which the rule's rewrite has no form for"
     if isinstance(held, tuple):
         # several axes: moved last in their order and back; the kernel normalizes over their sizes
         match.bindings["axes"], match.bindings["last"] = Const(held), Const(tuple(range(-len(held), 0)))

@@ -324,3 +324,36 @@ def test_a_fused_call_on_the_same_norm_keeps_the_manual_branch():
     assert new == last and [f.status for f in findings] == ["already-fused"], [
         (f.status, f.reason) for f in findings
     ]
+
+
+RMS_NORM = (
+    HEADER
+    + """
+class Norm(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.g = nn.Parameter(torch.rand({g}, dtype=torch.float64) + 0.5)
+
+    def forward(self, x):
+        stat_dim = {axes}
+        v = torch.mean(x.pow(2), dim=stat_dim, keepdim=True)
+        return x * torch.rsqrt(v + 1e-6) * self.g
+"""
+)
+
+
+def test_an_rms_norm_over_one_axis_a_local_holds_is_rewritten_and_over_several_is_a_near_miss():
+    one = RMS_NORM.format(g="1, c, 1, 1", axes="(1,)")
+    findings, new = scan_source(one, select_rules("rms-norm"), "case.py", "case")
+    assert [f.status for f in findings] == ["rewritten"] and "stat_dim" not in new, new
+    (want, want_grads), (got, got_grads) = (_run(text, (2, 6, 3, 4), True) for text in (one, new))
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+    for a, b in zip(got_grads, want_grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+    # the rms-norm rule's rewrite has no form for several axes: not the kernel over the last one
+    several = RMS_NORM.format(g="1, c, 1, 4", axes="(1, 3)")
+    findings, new = scan_source(several, select_rules("rms-norm"), "case.py", "case")
+    assert new == several and [f.status for f in findings] == ["near-miss"], [
+        (f.status, f.reason) for f in findings
+    ]
+    assert "no form for" in findings[0].reason
