@@ -19,6 +19,8 @@ makes it known for the duration of matching (`source`), and without it these fac
 from __future__ import annotations
 
 import ast
+import itertools
+import operator
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -277,9 +279,10 @@ def constructor_single_element(tree: ast.Module, cls: str, text: str) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------
-# Integer attributes: `self.dim`, set once in `__init__` from a constant or from a parameter, holds
-# an integer where the parameter's default and what every construction of the class in the file
-# passes for it are integer literals. A construction is a call of the class, or of a
+# Integer attributes: `self.dim`, set once in `__init__` from integer arithmetic of constants and
+# parameters (`dim if dim >= 0 else total_dim + dim`), holds an integer where each parameter's
+# default and what every construction of the class in the file passes for it are integer literals
+# (every combination of those values is evaluated). A construction is a call of the class, or of a
 # `functools.partial` of it bound to a module-level name (`ChanLayerNorm = partial(LayerNorm,
 # dim=-3)`), whose own calls may pass the parameter again. Any other use of those names (a subclass,
 # the class passed as a value, `*args` / `**kwargs` at a call) leaves the value unproven.
@@ -330,21 +333,60 @@ def attribute_int_values(tree: ast.Module, cls: str, attr: str) -> frozenset[int
     if len(own) != 1 or own[0][0] not in init.body:
         return None  # set more than once, or not on `__init__`'s straight-line path
     value = own[0][1]
-    constant = _int_literal(value)
-    if constant is not None:
-        return frozenset({constant})
-    if not isinstance(value, ast.Name):
+    if value is None:
         return None
     positional = [a.arg for a in [*init.args.posonlyargs, *init.args.args]][1:]
-    if value.id not in positional and value.id not in {a.arg for a in init.args.kwonlyargs}:
-        return None
-    if any(isinstance(n, ast.Name) and n.id == value.id and isinstance(n.ctx, ast.Store) for n in ast.walk(init)):
-        return None  # the parameter is rebound before or after
     defaults = dict(zip(positional[len(positional) - len(init.args.defaults):], init.args.defaults, strict=True))
     defaults.update({a.arg: d for a, d in zip(init.args.kwonlyargs, init.args.kw_defaults, strict=True)
                      if d is not None})
-    index = positional.index(value.id) if value.id in positional else None
-    return _construction_values(tree, cls, value.id, index, defaults.get(value.id))
+    params: dict[str, frozenset[int]] = {}  # the parameters the value reads, and the integers each can be
+    for name in sorted({n.id for n in ast.walk(value) if isinstance(n, ast.Name)}):
+        if name not in positional and name not in {a.arg for a in init.args.kwonlyargs}:
+            return None
+        if any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store)
+               for n in ast.walk(init)):
+            return None  # the parameter is rebound before or after
+        index = positional.index(name) if name in positional else None
+        found = _construction_values(tree, cls, name, index, defaults.get(name))
+        if found is None:
+            return None
+        params[name] = found
+    names = list(params)
+    combinations = list(itertools.islice(itertools.product(*(sorted(params[n]) for n in names)),
+                                         _COMBINATIONS + 1))
+    if len(combinations) > _COMBINATIONS:
+        return None
+    values = {_int_value(value, dict(zip(names, c, strict=True))) for c in combinations}
+    return None if None in values else frozenset(values)  # type: ignore[arg-type]
+
+
+_COMBINATIONS = 64  # at most this many combinations of the parameters' values are evaluated
+_INT_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul}
+_COMPARISONS = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
+                ast.Eq: operator.eq, ast.NotEq: operator.ne}
+
+
+def _int_value(e: ast.expr, env: dict[str, int]) -> int | None:
+    """What integer arithmetic of parameters (`dim if dim >= 0 else total_dim + dim`: `+`, `-`, `*`,
+    comparisons, conditional expressions) gives for the parameters' values `env`; None for
+    anything else, or a value that is no integer."""
+    if isinstance(e, ast.Name):
+        return env.get(e.id)
+    if isinstance(e, ast.Constant):
+        return _int_literal(e)
+    if isinstance(e, ast.UnaryOp) and isinstance(e.op, (ast.USub, ast.UAdd)):
+        inner = _int_value(e.operand, env)
+        return None if inner is None else (-inner if isinstance(e.op, ast.USub) else inner)
+    if isinstance(e, ast.BinOp) and type(e.op) in _INT_OPS:
+        left, right = _int_value(e.left, env), _int_value(e.right, env)
+        return None if left is None or right is None else _INT_OPS[type(e.op)](left, right)
+    if isinstance(e, ast.IfExp) and isinstance(e.test, ast.Compare) and len(e.test.ops) == 1 \
+            and type(e.test.ops[0]) in _COMPARISONS:
+        left, right = _int_value(e.test.left, env), _int_value(e.test.comparators[0], env)
+        if left is None or right is None:
+            return None
+        return _int_value(e.body if _COMPARISONS[type(e.test.ops[0])](left, right) else e.orelse, env)
+    return None
 
 
 def _construction_values(tree: ast.Module, cls: str, param: str, index: int | None,

@@ -276,11 +276,34 @@ class ShapeFacts:
         names = {_operand_key(n) for n in lens}
         return (lens[0], tuple(evaluation.nodes.values())) if len(names) == 1 else None
 
+    def constant_axes(self, dim: Operand | None) -> tuple[tuple[int, ...], tuple[Node, ...]] | None:
+        """(the axes, the assignments that hold them) where `dim` is an integer constant or a tuple
+        or list of them, written out or held by a local variable (`stat_dim = (1, 3)`), each axis
+        once; None where it is not that."""
+        held: list[Node] = []
+        while isinstance(dim, Var) and len(held) < 20:
+            node = self.defs.get(dim.name)
+            if node is None or node.kind != "op" or node.op != "assign" or len(node.inputs) != 1:
+                return None
+            held.append(node)
+            dim = node.inputs[0]
+        if isinstance(dim, Const):
+            values = dim.value if isinstance(dim.value, tuple) else (dim.value,)
+        elif isinstance(dim, Seq) and all(isinstance(i, Const) for i in dim.items):
+            values = tuple(i.value for i in dim.items)
+        else:
+            return None
+        if not values or any(not isinstance(v, int) or isinstance(v, bool) for v in values) \
+                or len(set(values)) != len(values):
+            return None
+        return values, tuple(held)
+
     def int_attribute(self, operand: Operand | None) -> frozenset[int] | None:
         """The integers `operand` can be where it is an attribute of the module (`self.dim`, or a
         variable assigned from it) that engine.analysis.numbers proves holds an integer: set once in
-        `__init__` from a constant or a parameter that every construction in the file passes an
-        integer literal for (or leaves to an integer default). None where that is not proven."""
+        `__init__` from integer arithmetic of constants and parameters that every construction in
+        the file passes integer literals for (or leaves to integer defaults). None where that is not
+        proven."""
         text = self.attribute_of(operand)
         if text is None or self.cls is None or self.method.pos is None:
             return None

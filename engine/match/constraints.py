@@ -346,12 +346,18 @@ def _stats_over_last_axis(match: Match, ix: MethodIndex) -> str | None:
     engine/analysis/shapes.py `trailing_axes`) the kernel normalizes over N: `$nshape` is bound to
     N, and the statements computing the tuple go with the match where nothing else reads them; so
     is the last axis where an earlier assert proves len(N) == 1 (engine/analysis/shapes.py
-    `asserted_single`), the assert going with the match. Over
-    one axis an attribute holds (`dim = self.dim`) that is proven an integer (set in `__init__` from
-    a parameter every construction in the file passes an integer for; engine/analysis/shapes.py
-    `int_attribute`), `$axis` alone is bound, to that value: the kernel normalizes the input with it
-    moved last, over its size, and the result is moved back."""
-    axes: set[int] = set()
+    `asserted_single`), the assert going with the match. Over several constant axes (a tuple
+    written out, or held by a local the statistics alone read: `stat_dim = (1, 3)`, which goes with
+    the match) `$axes` and `$last` are bound (the axes in increasing order, and as many trailing
+    ones): the kernel normalizes the input with them moved last by one movedim, over their sizes,
+    and the result is moved back, the weight and bias again applied as written (for a rule whose
+    template reads `$axes`; for another, several axes are a near-miss). Over one axis an
+    attribute holds (`dim = self.dim`) that is proven an integer (set in `__init__` from integer
+    arithmetic of parameters every construction in the file passes integers for, `dim if dim >= 0
+    else total_dim + dim`; engine/analysis/shapes.py `int_attribute`), `$axis` alone is bound, to
+    that value: the kernel normalizes the input with it moved last, over its size, and the result
+    is moved back."""
+    axes: set[int | tuple[int, ...]] = set()  # one constant axis, or several (in increasing order)
     trailing: dict[str, Operand] = {}  # the normalized shape N of statistics over the last len(N) axes
     computed: list = []  # the nodes computing those tuples of axes
     runtime: dict[str, Operand] = {}  # one axis held by an attribute proven an integer (`self.dim`)
@@ -375,23 +381,27 @@ def _stats_over_last_axis(match: Match, ix: MethodIndex) -> str | None:
             trailing[render(found[0])] = found[0]
             computed.extend(n for n in found[1] if n not in computed)
             continue
-        d = _int_dim(dim)
         rank = ix.shapes.rank(source)
-        if d is None and ix.shapes.int_attribute(dim) is not None:
+        constant = ix.shapes.constant_axes(dim)
+        if constant is None and ix.shapes.int_attribute(dim) is not None:
             runtime[render(dim)] = dim  # an attribute proven an integer: one axis, known at run time
             continue
         attribute = ix.shapes.attribute_of(dim)
         if attribute is not None:
             return (f"the statistics are over `{attribute}`, not proven to hold one integer axis (set once in "
                     "`__init__`, an integer literal at every construction in the file)")
-        if isinstance(dim, Var):
+        if constant is None and isinstance(dim, Var):
             return f"the statistics are over `{dim.name.split('.')[0]}`, not one axis nor provably the trailing axes"
-        if d is None or (rank is not None and not -rank <= d < rank):
+        if constant is None or (rank is not None and any(not -rank <= d < rank for d in constant[0])):
             known = f" of a {rank}-D tensor" if rank is not None else ""
-            return f"the statistics are over dim={_dim_text(dim)}{known}, not one axis the kernel can normalize"
-        axes.add(d if d >= 0 or rank is None else d + rank)
+            return f"the statistics are over dim={_dim_text(dim)}{known}, not axes the kernel can normalize"
+        computed.extend(n for n in constant[1] if n not in computed)  # a local holding the axes
+        held = tuple(sorted(d if d >= 0 or rank is None else d + rank for d in constant[0]))
+        axes.add(held[0] if len(held) == 1 else held)
     if len(axes) + len(trailing) + len(runtime) > 1:
         return "the mean and the variance are taken over different axes"
+    # the tuples of axes, or the locals holding them, are read by the statistics alone: they go with them
+    match.companions.extend(n for n in computed if n not in match.companions)
     if runtime:
         # the axis is moved last and back at run time; the normalized shape is its size
         match.bindings["axis"] = next(iter(runtime.values()))
@@ -399,20 +409,15 @@ def _stats_over_last_axis(match: Match, ix: MethodIndex) -> str | None:
     if trailing:
         # over the last len(N) axes: the kernel normalizes over them itself, given N
         match.bindings["nshape"] = next(iter(trailing.values()))
-        match.companions[:] = computed  # the tuple is read by the statistics alone: it goes with them
         return None
-    if axes and axes != {-1}:
-        d = axes.pop()
-        match.bindings["axis"], match.bindings["axis_end"] = Const(d), Const(d + 1)
-    return None
-
-
-def _int_dim(dim) -> int | None:
-    """The axis of `dim=d`, `dim=(d,)` or `dim=[d]` when it is one constant integer."""
-    if isinstance(dim, Const) and isinstance(dim.value, int) and not isinstance(dim.value, bool):
-        return dim.value
-    if isinstance(dim, Seq) and len(dim.items) == 1:
-        return _int_dim(dim.items[0])
+    held = axes.pop() if axes else -1
+    if isinstance(held, tuple) and "$axes" not in (match.rule.rewrite or ""):
+        return f"the statistics are over the axes {held}, which the rule's rewrite has no form for"
+    if isinstance(held, tuple):
+        # several axes: moved last in their order and back; the kernel normalizes over their sizes
+        match.bindings["axes"], match.bindings["last"] = Const(held), Const(tuple(range(-len(held), 0)))
+    elif held != -1:
+        match.bindings["axis"], match.bindings["axis_end"] = Const(held), Const(held + 1)
     return None
 
 

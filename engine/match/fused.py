@@ -15,7 +15,9 @@ to a library kernel for the same operation, or to a function or method of the sa
 itself calls one (a `self.flash_attn(q, k, v)` wrapper), to a bounded depth. A match inside a
 helper counts through the helper's call sites in the same file (timm's `_layer_norm_cf`, called
 where `F.layer_norm` is not), unless the match is the body of a public module-level function, which
-other modules call as well (timm's `rms_norm`).
+other modules call as well (timm's `rms_norm`). A kernel that normalizes the trailing axes
+(`F.layer_norm`) given the very input that the match normalizes over other axes computes another
+norm (HorNet's channels-last branch beside its channels-first one), and is no fused path for it.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import ast
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from engine.dsl.ir import FileModel
+from engine.dsl.ir import FileModel, Var
 from engine.extract import extract_source, extract_tree
 from engine.extract.imports import Imports
 
@@ -38,6 +40,9 @@ EQUIVALENT_KERNELS: dict[str, tuple[str, ...]] = {
         "torch.nn.attention.flex_attention.flex_attention",
     ),
 }
+# Kernels that normalize the trailing axes of their input: one of these given the very input that a
+# match normalizes over other (constant) axes computes another norm, and is no fused path for it.
+TRAILING_NORMS = frozenset({"torch.nn.functional.layer_norm", "torch.nn.functional.rms_norm"})
 _WRAPPER_DEPTH = 3  # how many local function layers between a call and the kernel are followed
 _CALLER_DEPTH = 2  # how many call-site layers above a helper holding the match are followed
 
@@ -211,9 +216,13 @@ def _statement_at(line: int, fn: _Func) -> ast.stmt | None:
 
 
 def already_fused_reason(tree: ast.Module, module: str, lines: Iterable[int], kernel: str,
-                         file: _File | None = None, own: str | None = None) -> str | None:
+                         file: _File | None = None, own: str | None = None,
+                         other_axes_of: str | None = None) -> str | None:
     """Why the site at `lines` (its matched lines) is already fused, or None. `own`: the module
-    function whose body holds the match, where it is one (not a helper inlined into the match)."""
+    function whose body holds the match, where it is one (not a helper inlined into the match).
+    `other_axes_of`: the parameter of the match's function that the match normalizes over axes
+    other than the trailing ones, where the kernel normalizes trailing axes (`TRAILING_NORMS`): a
+    kernel call given that parameter, as the function received it, computes another norm."""
     file = file or _File(tree, module)
     names = _kernel_names(kernel)
     kernel_sites = file.kernel_calls(names)
@@ -227,10 +236,38 @@ def already_fused_reason(tree: ast.Module, module: str, lines: Iterable[int], ke
         stmt = _statement_at(line, fn)
         if stmt is None:
             continue
-        reason = _fused_beside(file, stmt, fn, kernel_sites, depth=0, own=own)
+        sites = kernel_sites
+        if other_axes_of is not None:
+            sites = {**kernel_sites,
+                     fn: [c for c in kernel_sites.get(fn, ()) if not _given_parameter(c, fn, other_axes_of)]}
+        reason = _fused_beside(file, stmt, fn, sites, depth=0, own=own)
         if reason:
             return reason
     return None
+
+
+def _given_parameter(call: ast.Call, fn: _Func, name: str) -> bool:
+    """The call's first argument is `fn`'s parameter `name`, not assigned in `fn` before the call."""
+    first = call.args[0] if call.args else None
+    if not (isinstance(first, ast.Name) and first.id == name):
+        return False
+    params = [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]
+    return any(a.arg == name for a in params) and not any(
+        isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store) and n.lineno <= call.lineno
+        for n in ast.walk(fn))
+
+
+def _other_axes_of(finding) -> str | None:
+    """The parameter a match of a trailing-axes norm normalizes over other constant axes (its input
+    moved: `$axis` and `$axis_end`, or `$axes`, bound), where it is a parameter of the function."""
+    match = finding.match
+    if match is None or match.rule.kernel not in TRAILING_NORMS:
+        return None
+    bindings = match.bindings
+    if "axes" not in bindings and "axis_end" not in bindings:
+        return None
+    x = bindings.get("x")
+    return x.name if isinstance(x, Var) and any(p.name == x.name for p in match.method.params) else None
 
 
 def _innermost(file: _File, fn: _Func, line: int) -> bool:
@@ -313,7 +350,8 @@ def mark_already_fused(text: str, module: str, findings: list, kernels: dict[str
     for finding in todo:
         lines = sorted({p.line for p in finding.locations} or {finding.line})
         own = finding.method if finding.cls == "__module__" and not finding.related else None
-        reason = already_fused_reason(tree, module, lines[:1], kernels[finding.rule_id], file, own)
+        reason = already_fused_reason(tree, module, lines[:1], kernels[finding.rule_id], file, own,
+                                      _other_axes_of(finding))
         if reason:
             finding.status = "already-fused"
             finding.reason = reason

@@ -43,9 +43,10 @@ class FileContext:
     def of(cls, tree: ast.Module | None, text: str, style: Style | None = None) -> FileContext:
         return cls(module_aliases(tree) if tree is not None else {}, (style or Style()).for_text(text))
 
-    def localize(self, template: str) -> str:
+    def localize(self, template: str, shadowed: frozenset[str] = frozenset()) -> str:
         """`template` with each dotted name written through the longest alias the file has for a
-        prefix of it (only a proper prefix: the rule's own imports still bind a bare name)."""
+        prefix of it (only a proper prefix: the rule's own imports still bind a bare name), other
+        than an alias the function rebinds (`shadowed`: `B, C, T, F = x.shape`)."""
         if not self.aliases:
             return template
 
@@ -53,7 +54,7 @@ class FileContext:
             parts = m.group(1).split(".")
             for cut in range(len(parts) - 1, 0, -1):
                 local = self.aliases.get(".".join(parts[:cut]))
-                if local is not None:
+                if local is not None and local not in shadowed:
                     return ".".join([local, *parts[cut:]])
             return m.group(1)
 

@@ -929,7 +929,8 @@ class Synthesizer:
     def _kernel_code(self, match: Match, expr: cst.BaseExpression) -> str:
         """The rule's template filled with the match's bindings, in the kernel's layout (`expr`: the
         expression the `$callee`/`$args` of a template read)."""
-        template = self.context.localize(match.rule.rewrite)
+        local = frozenset(name.split(".")[0] for node in match.method.nodes for name in node.outputs)
+        template = self.context.localize(match.rule.rewrite, local | {p.name for p in match.method.params})
         code = layout.result(match, render_template(
             template, layout.lookup(match, lambda name: self.lookup(name, match, expr),
                                     lambda operand: self.render(operand, match))))

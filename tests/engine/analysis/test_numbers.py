@@ -77,6 +77,14 @@ def test_an_attribute_set_from_a_parameter_holds_what_every_construction_passes(
     assert attribute_int_values(ast.parse(NORM_SOURCE), "Norm", "dim") == frozenset({-1, -2, -3})
     constant = NORM_SOURCE.replace("self.dim = dim", "self.dim = 1")
     assert attribute_int_values(ast.parse(constant), "Norm", "dim") == frozenset({1})
+    # integer arithmetic of parameters, every combination of their values (ESPnet's
+    # `dim if dim >= 0 else total_dim + dim`, with `stable` standing in for the total)
+    computed = NORM_SOURCE.replace("self.dim = dim", "self.dim = dim * 2")
+    assert attribute_int_values(ast.parse(computed), "Norm", "dim") == frozenset({-2, -4, -6})
+    wrapped = NORM_SOURCE.replace("stable=False", "stable=4").replace("stable=True", "stable=5").replace(
+        "Norm(d, False, -2)", "Norm(d, 6, -2)").replace(
+        "self.dim = dim", "self.dim = dim if dim >= 0 else stable + dim")
+    assert attribute_int_values(ast.parse(wrapped), "Norm", "dim") == frozenset({1, 2, 3, 4, 5})
 
 
 @pytest.mark.parametrize("edit", [
@@ -88,7 +96,8 @@ def test_an_attribute_set_from_a_parameter_holds_what_every_construction_passes(
     ("class Block:", "class Sub(Norm):\n    pass\n\nclass Block:"),  # a subclass constructs it out of sight
     ("self.stable = stable", "self.stable = stable\n        if stable:\n            self.dim = 1"),  # set twice
     ("self.c = Norm(d, False, -2)", "self.c = Norm(d, False, -2)\n        self.a.dim = d"),  # set from outside
-    ("self.dim = dim", "self.dim = dim * 2"),  # computed
+    ("self.dim = dim", "self.dim = dim / 2"),  # computed, but no integer
+    ("self.dim = dim", "self.dim = dim * feats"),  # from a parameter not proven an integer
 ])
 def test_an_attribute_not_proven_an_integer(edit):
     assert attribute_int_values(ast.parse(NORM_SOURCE.replace(*edit)), "Norm", "dim") is None
