@@ -361,6 +361,43 @@ class _FileExtractor:
                     todo.append(short)
         return out
 
+    def stateless_forward(self, layer: LayerDef, target: str, chain: list[ClassInfo]) -> list[ClassInfo]:
+        """For a submodule of the class whose MRO is `chain`, built once, unconditionally, in
+        `__init__` from a class of this file, and assigned nowhere else by that class, its bases or
+        its subclasses in the file: the classes of its MRO whose `forward`s its call runs (its own,
+        then those reached by `super().forward(...)`), when none of them reads `self` (a scorer
+        computing `a @ b.transpose(-1, -2)` from its arguments alone); else nothing."""
+        short = layer.type.rpartition(".")[2]
+        if layer.guard or layer.items or layer.type not in (short, f"{self.module}.{short}") \
+                or short not in self.classes or target.count(".") != 1:
+            return []
+        attr = target.partition(".")[2]
+        related = [info for name, info in self.classes.items()
+                   if info in chain or any(base in chain for base in self.mro(name))]
+        stores = [n for info in related for fn in info.methods.values() for n in ast.walk(fn)
+                  if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store) and n.attr == attr
+                  and isinstance(n.value, ast.Name) and n.value.id == "self"]
+        if len(stores) != 1:
+            return []
+        owners: list[ClassInfo] = []
+        for info in self.mro(short):
+            fn = info.methods.get("forward")
+            if fn is None:
+                continue
+            if fn.decorator_list or not fn.args.args:
+                return []
+            owners.append(info)
+            me = fn.args.args[0].arg
+            supers = False
+            for n in ast.walk(fn):
+                if isinstance(n, ast.Name) and n.id == me and n is not fn.args.args[0]:
+                    return []
+                if isinstance(n, ast.Call) and _is_bare_super(n):
+                    supers = True
+            if not supers:
+                return owners
+        return []  # a super().forward(...) that reaches no forward of this file
+
     def run(self) -> FileModel:
         classes: list[ClassModel] = []
         for name, info in self.classes.items():
@@ -687,6 +724,7 @@ class _MethodExtractor:
         self.inline_stack: list[str] = []
         self.caller_envs: list[dict[str, str]] = []  # the callers' name bindings at each inlined call
         self.inline_consts: dict[str, str] = {}  # inlined parameters bound to a constant -> its text
+        self.super_owners: list[list[ClassInfo]] = []  # per inlined submodule forward: what super() reaches
         self.generated: set[str] = set()  # temporaries and merge results made up by extraction
         self.avoid_temps = fx.src.temp_like_names()
         self.positions = fx.src.positions
@@ -1393,6 +1431,12 @@ class _MethodExtractor:
                 inlined = self.inline(helper, e, scope, guard, bound_self=True)
                 if inlined is not None:
                     return inlined
+        # 2b. `super().forward(...)` in the forward of a submodule being inlined
+        if self.super_owners and isinstance(func, ast.Attribute) and func.attr == "forward" \
+                and _is_bare_super(func.value) and self.super_owners[-1]:
+            inlined = self.inline_forward(self.super_owners[-1], e, scope, guard)
+            if inlined is not None:
+                return inlined
         # 3. a module-level function of this file
         if isinstance(func, ast.Name) and func.id not in scope.env and func.id in self.fx.functions:
             inlined = self.inline(self.fx.functions[func.id], e, scope, guard, bound_self=False)
@@ -1600,9 +1644,24 @@ class _MethodExtractor:
                 out = self.emit("layer", item.type, (value,), (), guard, e, target=item.attr)
                 value = _VARS[out[0]]
             return value
+        if layer is not None and not e.keywords:
+            owners = self.fx.stateless_forward(layer, target, self.chain)
+            if owners:
+                inlined = self.inline_forward(owners, e, scope, guard)
+                if inlined is not None:
+                    return inlined
         args, kwargs = self.arguments(e, scope, guard)
         out = self.emit("layer", self.layer_type(target), args, kwargs, guard, e, target=target)
         return _VARS[out[0]]
+
+    def inline_forward(self, owners: list[ClassInfo], e: ast.Call, scope: _Scope, guard: tuple[Cond, ...]) -> Operand | None:
+        """The `forward` of the first of `owners` inlined, its `super().forward(...)` calls being the
+        next owner's."""
+        self.super_owners.append(owners[1:])
+        try:
+            return self.inline(owners[0].methods["forward"], e, scope, guard, bound_self=True)
+        finally:
+            self.super_owners.pop()
 
     def find_method(self, name: str) -> ast.FunctionDef | None:
         for klass in self.chain:
@@ -1696,6 +1755,12 @@ class _MethodExtractor:
 
 MODULE_CLASS = "__module__"
 TOPLEVEL = "__toplevel__"
+
+
+def _is_bare_super(e: ast.expr) -> bool:
+    """`super()`, with no arguments."""
+    return isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == "super" and not e.args \
+        and not e.keywords
 
 
 def _calls_something(stmt: ast.stmt) -> bool:

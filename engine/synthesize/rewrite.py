@@ -1277,6 +1277,8 @@ class Synthesizer:
         func = call_expr.func
         bound_self = isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self"
         helper = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else None
+        if bound_self and any(layer.attr == f"self.{helper}" for layer in match.cls.layers):
+            helper = "forward"  # a submodule whose forward extraction inlined (a scorer)
         inside = next(n for n in match.method.nodes if n.via == via and n.pos is not None)
         caller_names = {p.name for p in match.method.params} | \
             {_python_name(o) for n in match.method.nodes if not n.via for o in n.outputs if not _TEMP.match(o)}
