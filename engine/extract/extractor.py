@@ -318,6 +318,7 @@ class _FileExtractor:
         self._generators: dict[int, bool] = {}
         self._init_layers: dict[int, tuple[LayerDef, ...]] = {}  # id(__init__) -> its layers (the tree outlives this)
         self.tensor_attrs_cache: dict[int, tuple[dict[str, list[LayerDef]], frozenset[str]]] = {}
+        self._stateless_forwards: dict[str, list[ClassInfo]] = {}  # class -> stateless_forward's owners
         for stmt in tree.body:
             if isinstance(stmt, ast.FunctionDef):
                 self.functions[stmt.name] = stmt
@@ -371,16 +372,22 @@ class _FileExtractor:
         if layer.guard or layer.items or layer.type not in (short, f"{self.module}.{short}") \
                 or short not in self.classes or target.count(".") != 1:
             return []
+        owners = self._stateless_forwards.get(short)
+        if owners is None:
+            owners = self._stateless_forwards[short] = self._forwards_reading_no_state(short)
+        if not owners:
+            return []
         attr = target.partition(".")[2]
         related = [info for name, info in self.classes.items()
                    if info in chain or any(base in chain for base in self.mro(name))]
         stores = [n for info in related for fn in info.methods.values() for n in ast.walk(fn)
                   if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store) and n.attr == attr
                   and isinstance(n.value, ast.Name) and n.value.id == "self"]
-        if len(stores) != 1:
-            return []
+        return owners if len(stores) == 1 else []
+
+    def _forwards_reading_no_state(self, name: str) -> list[ClassInfo]:
         owners: list[ClassInfo] = []
-        for info in self.mro(short):
+        for info in self.mro(name):
             fn = info.methods.get("forward")
             if fn is None:
                 continue
@@ -390,7 +397,7 @@ class _FileExtractor:
             me = fn.args.args[0].arg
             supers = False
             for n in ast.walk(fn):
-                if isinstance(n, ast.Name) and n.id == me and n is not fn.args.args[0]:
+                if isinstance(n, ast.Name) and n.id == me:
                     return []
                 if isinstance(n, ast.Call) and _is_bare_super(n):
                     supers = True
@@ -1757,7 +1764,7 @@ MODULE_CLASS = "__module__"
 TOPLEVEL = "__toplevel__"
 
 
-def _is_bare_super(e: ast.expr) -> bool:
+def _is_bare_super(e: ast.AST) -> bool:
     """`super()`, with no arguments."""
     return isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == "super" and not e.args \
         and not e.keywords
