@@ -6,7 +6,8 @@ One pass over the `ast` of a file:
   * nested calls are unchained into temporaries, every assignment creates a new SSA name, branches
     put a guard on their nodes and merge with `phi` nodes;
   * calls of helper methods of the class and of module-level functions are inlined (bounded depth),
-    the inlined nodes keep the callee's positions and record the call site in `via`.
+    the inlined nodes keep the callee's positions and record the call site in `via`; so are calls
+    of a submodule built from a class of the file whose `forward` reads no state (a scorer).
 `ast` (not libcst) is used here for speed: the corpus benchmark holds extraction to a small multiple
 of `ast.parse` alone. Synthesis, which edits code, uses libcst.
 """
