@@ -387,24 +387,33 @@ class _FileExtractor:
         return owners if len(stores) == 1 else []
 
     def _forwards_reading_no_state(self, name: str) -> list[ClassInfo]:
+        """The classes whose `forward`s a call of a `name` module runs, along its single-inheritance
+        chain of this file's classes down to `nn.Module`, when none of them reads its `self` and none
+        defines `__call__`; else nothing."""
         owners: list[ClassInfo] = []
-        for info in self.mro(name):
-            fn = info.methods.get("forward")
-            if fn is None:
-                continue
-            if fn.decorator_list or not fn.args.args:
+        info = self.classes.get(name)
+        reaching = True  # the next forward found is the one that runs
+        while info is not None:
+            if "__call__" in info.methods or len(info.bases) != 1:
                 return []
-            owners.append(info)
-            me = fn.args.args[0].arg
-            supers = False
-            for n in ast.walk(fn):
-                if isinstance(n, ast.Name) and n.id == me:
+            fn = info.methods.get("forward")
+            if fn is not None and reaching:
+                if fn.decorator_list or not fn.args.args:
                     return []
-                if isinstance(n, ast.Call) and _is_bare_super(n):
-                    supers = True
-            if not supers:
-                return owners
-        return []  # a super().forward(...) that reaches no forward of this file
+                owners.append(info)
+                me = fn.args.args[0].arg
+                reaching = False
+                for n in ast.walk(fn):
+                    if isinstance(n, ast.Name) and n.id == me:
+                        return []
+                    if isinstance(n, ast.Call) and _is_bare_super(n):
+                        reaching = True
+            base = info.bases[0]
+            if base in _MODULE_BASES:
+                return [] if reaching else owners  # a super().forward(...) reaching nn.Module's raises
+            short = base.rpartition(".")[2]
+            info = self.classes.get(short) if base in (short, f"{self.module}.{short}") else None
+        return []
 
     def run(self) -> FileModel:
         classes: list[ClassModel] = []

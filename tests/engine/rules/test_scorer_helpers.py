@@ -220,6 +220,13 @@ def test_a_scorer_reading_its_own_state_is_not_inlined():
             "    def cosine(self):\n        self.attn = CosineScorer()\n\n"
             "    def forward(self, q, k, v, mask):\n",
         ),
+        # its call is its own __call__, not its forward
+        (
+            "class DotProductScorer(nn.Module):\n",
+            "class DotProductScorer(nn.Module):\n    def __call__(self, a, b):\n        return a\n\n",
+        ),
+        # a base of another module may define what the call runs
+        ("class DotProductScorer(nn.Module):\n", "class DotProductScorer(nn.Identity):\n"),
     ],
 )
 def test_a_scorer_that_may_be_another_is_not_inlined(change):
