@@ -6,7 +6,8 @@ One pass over the `ast` of a file:
   * nested calls are unchained into temporaries, every assignment creates a new SSA name, branches
     put a guard on their nodes and merge with `phi` nodes;
   * calls of helper methods of the class and of module-level functions are inlined (bounded depth),
-    the inlined nodes keep the callee's positions and record the call site in `via`.
+    the inlined nodes keep the callee's positions and record the call site in `via`; so are calls
+    of a submodule built from a class of the file whose `forward` reads no state (a scorer).
 `ast` (not libcst) is used here for speed: the corpus benchmark holds extraction to a small multiple
 of `ast.parse` alone. Synthesis, which edits code, uses libcst.
 """
@@ -321,6 +322,7 @@ class _FileExtractor:
         self._generators: dict[int, bool] = {}
         self._init_layers: dict[int, tuple[LayerDef, ...]] = {}  # id(__init__) -> its layers (the tree outlives this)
         self.tensor_attrs_cache: dict[int, tuple[dict[str, list[LayerDef]], frozenset[str]]] = {}
+        self._stateless_forwards: dict[str, list[ClassInfo]] = {}  # class -> stateless_forward's owners
         for stmt in tree.body:
             if isinstance(stmt, ast.FunctionDef):
                 self.functions[stmt.name] = stmt
@@ -363,6 +365,58 @@ class _FileExtractor:
                 if base == f"{self.module}.{short}" or base == short:
                     todo.append(short)
         return out
+
+    def stateless_forward(self, layer: LayerDef, target: str, chain: list[ClassInfo]) -> list[ClassInfo]:
+        """For a submodule of the class whose MRO is `chain`, built once, unconditionally, in
+        `__init__` from a class of this file, and assigned nowhere else by that class, its bases or
+        its subclasses in the file: the classes of its MRO whose `forward`s its call runs (its own,
+        then those reached by `super().forward(...)`), when none of them reads `self` (a scorer
+        computing `a @ b.transpose(-1, -2)` from its arguments alone); else nothing."""
+        short = layer.type.rpartition(".")[2]
+        if layer.guard or layer.items or layer.type not in (short, f"{self.module}.{short}") \
+                or short not in self.classes or target.count(".") != 1:
+            return []
+        owners = self._stateless_forwards.get(short)
+        if owners is None:
+            owners = self._stateless_forwards[short] = self._forwards_reading_no_state(short)
+        if not owners:
+            return []
+        attr = target.partition(".")[2]
+        related = [info for name, info in self.classes.items()
+                   if info in chain or any(base in chain for base in self.mro(name))]
+        stores = [n for info in related for fn in info.methods.values() for n in ast.walk(fn)
+                  if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store) and n.attr == attr
+                  and isinstance(n.value, ast.Name) and n.value.id == "self"]
+        return owners if len(stores) == 1 else []
+
+    def _forwards_reading_no_state(self, name: str) -> list[ClassInfo]:
+        """The classes whose `forward`s a call of a `name` module runs, along its single-inheritance
+        chain of this file's classes down to `nn.Module`, when none of them reads its `self` and none
+        defines `__call__`; else nothing."""
+        owners: list[ClassInfo] = []
+        info = self.classes.get(name)
+        reaching = True  # the next forward found is the one that runs
+        while info is not None:
+            if "__call__" in info.methods or len(info.bases) != 1:
+                return []
+            fn = info.methods.get("forward")
+            if fn is not None and reaching:
+                if fn.decorator_list or not fn.args.args:
+                    return []
+                owners.append(info)
+                me = fn.args.args[0].arg
+                reaching = False
+                for n in ast.walk(fn):
+                    if isinstance(n, ast.Name) and n.id == me:
+                        return []
+                    if isinstance(n, ast.Call) and _is_bare_super(n):
+                        reaching = True
+            base = info.bases[0]
+            if base in _MODULE_BASES:
+                return [] if reaching else owners  # a super().forward(...) reaching nn.Module's raises
+            short = base.rpartition(".")[2]
+            info = self.classes.get(short) if base in (short, f"{self.module}.{short}") else None
+        return []
 
     def run(self) -> FileModel:
         classes: list[ClassModel] = []
@@ -690,6 +744,7 @@ class _MethodExtractor:
         self.inline_stack: list[str] = []
         self.caller_envs: list[dict[str, str]] = []  # the callers' name bindings at each inlined call
         self.inline_consts: dict[str, str] = {}  # inlined parameters bound to a constant -> its text
+        self.super_owners: list[list[ClassInfo]] = []  # per inlined submodule forward: what super() reaches
         self.generated: set[str] = set()  # temporaries and merge results made up by extraction
         self.filled_in_place: dict[str, str] = {}  # a tensor's value after an in-place fill -> before it
         self.avoid_temps = fx.src.temp_like_names()
@@ -1453,6 +1508,12 @@ class _MethodExtractor:
                 inlined = self.inline(helper, e, scope, guard, bound_self=True)
                 if inlined is not None:
                     return inlined
+        # 2b. `super().forward(...)` in the forward of a submodule being inlined
+        if self.super_owners and isinstance(func, ast.Attribute) and func.attr == "forward" \
+                and _is_bare_super(func.value) and self.super_owners[-1]:
+            inlined = self.inline_forward(self.super_owners[-1], e, scope, guard)
+            if inlined is not None:
+                return inlined
         # 3. a module-level function of this file
         if isinstance(func, ast.Name) and func.id not in scope.env and func.id in self.fx.functions:
             inlined = self.inline(self.fx.functions[func.id], e, scope, guard, bound_self=False)
@@ -1660,9 +1721,24 @@ class _MethodExtractor:
                 out = self.emit("layer", item.type, (value,), (), guard, e, target=item.attr)
                 value = _VARS[out[0]]
             return value
+        if layer is not None and not e.keywords:
+            owners = self.fx.stateless_forward(layer, target, self.chain)
+            if owners:
+                inlined = self.inline_forward(owners, e, scope, guard)
+                if inlined is not None:
+                    return inlined
         args, kwargs = self.arguments(e, scope, guard)
         out = self.emit("layer", self.layer_type(target), args, kwargs, guard, e, target=target)
         return _VARS[out[0]]
+
+    def inline_forward(self, owners: list[ClassInfo], e: ast.Call, scope: _Scope, guard: tuple[Cond, ...]) -> Operand | None:
+        """The `forward` of the first of `owners` inlined, its `super().forward(...)` calls being the
+        next owner's."""
+        self.super_owners.append(owners[1:])
+        try:
+            return self.inline(owners[0].methods["forward"], e, scope, guard, bound_self=True)
+        finally:
+            self.super_owners.pop()
 
     def find_method(self, name: str) -> ast.FunctionDef | None:
         for klass in self.chain:
@@ -1756,6 +1832,12 @@ class _MethodExtractor:
 
 MODULE_CLASS = "__module__"
 TOPLEVEL = "__toplevel__"
+
+
+def _is_bare_super(e: ast.AST) -> bool:
+    """`super()`, with no arguments."""
+    return isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == "super" and not e.args \
+        and not e.keywords
 
 
 def _calls_something(stmt: ast.stmt) -> bool:

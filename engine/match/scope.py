@@ -457,9 +457,10 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding | N
     # 4. a location is one place in the code: all matched nodes in one function body (except for a
     #    rule whose pattern is about calls of a helper, `where same_helper`)
     bodies = {n.via for n in nodes}
-    # a step computed in a helper the root's function calls (a bias added by `self.apply_pos_bias(s)`)
-    # is written at the call (engine/synthesize/callsite.py); deeper chains and other mixes are not
-    at_call = not match.root.via and all(len(v) <= 1 for v in bodies) and len(bodies) == 2
+    # a step computed in a helper the root's function calls (a bias added by `self.apply_pos_bias(s)`,
+    # the product of a scorer `self.attn(q, k)` and what its forward reaches by `super().forward`) is
+    # written at that one call (engine/synthesize/callsite.py); other mixes are not
+    at_call = not match.root.via and len({v[:1] for v in bodies}) == 2
     if len(bodies) > 1 and "same_helper" not in rule.constraints and not at_call:
         return near_miss("the match spans a helper function and its caller; rewrite the helper by hand or inline it")
 

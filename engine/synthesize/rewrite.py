@@ -1272,6 +1272,10 @@ class Synthesizer:
         if self._callsite is not None:
             return self._render_at_call(operand, match, self._callsite)
         producer = next((n for n in match.method.nodes if isinstance(operand, Var) and operand.name in n.outputs), None)
+        if isinstance(operand, Sym) and not match.root.via:
+            # a number written in a helper the caller calls (a scorer's `/ math.sqrt(a.size(-1))`)
+            # names the helper's parameters: the matched node that takes it says where it was written
+            producer = next((n for n in match.matched_nodes if n.via and any(i is operand for i in n.inputs)), None)
         if producer is not None and producer.via and not match.root.via \
                 and any(n.via == producer.via for n in match.nodes.values()):
             # computed in a helper the caller calls (levit's `apply_pos_bias` adds a bias): its
@@ -1320,6 +1324,8 @@ class Synthesizer:
         func = call_expr.func
         bound_self = isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self"
         helper = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else None
+        if bound_self and any(layer.attr == f"self.{helper}" for layer in match.cls.layers):
+            helper = "forward"  # a submodule whose forward extraction inlined (a scorer)
         inside = next(n for n in match.method.nodes if n.via == via and n.pos is not None)
         caller_names = {p.name for p in match.method.params} | \
             {_python_name(o) for n in match.method.nodes if not n.via for o in n.outputs if not _TEMP.match(o)}
