@@ -212,3 +212,123 @@ def test_a_key_of_proven_rank_five_stays_a_near_miss():
     assert [f.status for f in findings] == ["near-miss"]
     assert "transpose(2, 3) of a 5-D tensor is not provably a swap" in findings[0].reason
 
+
+# Llama's layout: the rotary embedding multiplies by `cos` of unknown rank (the key's rank is lost
+# there), and `repeat_kv` unpacks the key's shape into four names, which raises unless it is 4-D
+LLAMA_LIKE = """
+import torch
+from torch import nn
+
+
+def rotate_half(x):
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def repeat_kv(hidden_states, n_rep):
+    batch, num_key_value_heads, slen, head_dim = hidden_states.shape
+    if n_rep == 1:
+        return hidden_states
+    hidden_states = hidden_states[:, :, None, :, :].expand(batch, num_key_value_heads, n_rep, slen, head_dim)
+    return hidden_states.reshape(batch, num_key_value_heads * n_rep, slen, head_dim)
+
+
+class LlamaLike(nn.Module):
+    def __init__(self, dim=16, heads=4, kv_heads=2):
+        super().__init__()
+        self.num_heads, self.num_key_value_heads, self.head_dim = heads, kv_heads, dim // heads
+        self.num_key_value_groups = heads // kv_heads
+        self.q_proj = nn.Linear(dim, dim)
+        self.k_proj = nn.Linear(dim, kv_heads * self.head_dim)
+        self.v_proj = nn.Linear(dim, kv_heads * self.head_dim)
+
+    def forward(self, x, cos, sin, attention_mask=None, past_key_value=None):
+        bsz, q_len, _ = x.size()
+        q = self.q_proj(x).view(bsz, q_len, self.num_heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(bsz, q_len, self.num_key_value_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(bsz, q_len, self.num_key_value_heads, self.head_dim).transpose(1, 2)
+        q = (q * cos) + (rotate_half(q) * sin)
+        k = (k * cos) + (rotate_half(k) * sin)
+        if past_key_value is not None:
+            k = torch.cat([past_key_value[0], k], dim=2)
+            v = torch.cat([past_key_value[1], v], dim=2)
+        k = repeat_kv(k, self.num_key_value_groups)
+        v = repeat_kv(v, self.num_key_value_groups)
+        attn_weights = torch.matmul(q, k.transpose(2, 3)) / self.head_dim**0.5
+        if attention_mask is not None:
+            attn_weights = attn_weights + attention_mask
+        attn_weights = nn.functional.softmax(attn_weights, dim=-1, dtype=torch.float32).to(q.dtype)
+        return torch.matmul(attn_weights, v).transpose(1, 2).reshape(bsz, q_len, -1)
+"""
+
+
+def test_a_key_whose_shape_is_unpacked_into_four_names_is_4d():
+    findings, new = _rewrite(LLAMA_LIKE)
+    assert [f.status for f in findings] == ["rewritten"]
+    kernel = " ".join(new.split("scaled_dot_product_attention(", 1)[1].split())
+    assert kernel.startswith("q, k, v,")
+    original, rewritten = _namespace(LLAMA_LIKE), _namespace(new)
+    for kv_heads in (4, 2):  # repeat_kv returns its input, or the expanded reshape
+        torch.manual_seed(0)
+        a, b = (
+            original["LlamaLike"](kv_heads=kv_heads).double(),
+            rewritten["LlamaLike"](kv_heads=kv_heads).double(),
+        )
+        b.load_state_dict(a.state_dict())
+        x = torch.randn(2, 5, 16, dtype=torch.float64)
+        cos, sin = torch.randn(1, 1, 5, 4, dtype=torch.float64), torch.randn(1, 1, 5, 4, dtype=torch.float64)
+        causal = torch.full((5, 5), float("-inf"), dtype=torch.float64).triu(1)
+        for mask in (None, causal):
+            # the code's softmax runs in float32 (`dtype=torch.float32`), the kernel's in float64
+            torch.testing.assert_close(b(x, cos, sin, mask), a(x, cos, sin, mask), rtol=1e-5, atol=1e-6)
+
+
+def test_an_unpacking_on_one_branch_only_proves_no_rank():
+    source = LLAMA_LIKE.replace(
+        "    batch, num_key_value_heads, slen, head_dim = hidden_states.shape\n    if n_rep == 1:\n",
+        "    if n_rep == 1:\n",
+    ).replace(
+        "    hidden_states = hidden_states[:, :, None",
+        "    batch, num_key_value_heads, slen, head_dim = hidden_states.shape\n    hidden_states = hidden_states[:, :, None",
+    )
+    assert source != LLAMA_LIKE
+    findings, new = _rewrite(source)
+    assert [f.status for f in findings] == ["rewritten"]
+    assert "k.transpose(2, 3).transpose(-2, -1)" in new  # the n_rep == 1 path returns the key unproven
+
+
+def test_a_key_unpacked_into_five_names_stays_a_near_miss():
+    source = ANY_RANK.replace(
+        "def forward(self, q, k, v):",
+        "def forward(self, q, k, v):\n        b, h, n, m, d = k.shape",
+    )
+    findings, new = _rewrite(source)
+    assert new == source
+    assert [f.status for f in findings] == ["near-miss"]
+    assert "transpose(2, 3) of a 5-D tensor is not provably a swap" in findings[0].reason
+
+
+@pytest.mark.parametrize(
+    "wrap",
+    [
+        "try:\n            b, h, n, d = k.shape\n        except ValueError:\n            pass",
+        "with contextlib.suppress(ValueError):\n            b, h, n, d = k.shape",
+    ],
+)
+def test_an_unpacking_whose_error_may_be_caught_proves_no_rank(wrap):
+    source = ANY_RANK.replace("import torch\n", "import contextlib\n\nimport torch\n").replace(
+        "def forward(self, q, k, v):", "def forward(self, q, k, v):\n        " + wrap
+    )
+    findings, new = _rewrite(source)
+    assert [f.status for f in findings] == ["rewritten"]
+    assert "k.transpose(2, 3).transpose(-2, -1)" in new
+
+
+def test_a_cache_s_outputs_unpacked_into_four_names_are_4d():
+    source = ANY_RANK.replace(
+        "def forward(self, q, k, v):",
+        "def forward(self, q, k, v, cache):\n        k, v = cache.update(k, v)\n        b, h, n, d = k.shape",
+    )
+    findings, new = _rewrite(source)
+    assert [f.status for f in findings] == ["rewritten"]
+    assert "k.transpose" not in new
