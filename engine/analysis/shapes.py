@@ -127,6 +127,7 @@ class ShapeFacts:
         self.defs = defs if defs is not None else method.defs()
         self._memo: dict[str, Shape | None] = {}
         self._attrs: dict[str, Shape | None] | None = None
+        self._unpacks: dict[str, list[Node]] | None = None  # value -> nodes unpacking its whole shape
         self.contractions: dict[str, tuple[Axis | None, Axis | None]] = {}  # matmul output -> contracted axes
 
     # -- public questions --------------------------------------------------------------------
@@ -137,7 +138,7 @@ class ShapeFacts:
             if name in self._memo:
                 return self._memo[name]
             self._memo[name] = None  # a cycle proves nothing
-            found = self._derive(name)
+            found = self._unpacked(name, self._derive(name))
             self._memo[name] = found
             return found
         if isinstance(operand, Sym):
@@ -410,6 +411,41 @@ class ShapeFacts:
         if not shape.exact:
             return shape
         return Shape(shape.axes[1:], True) if shape.axes else None
+
+    def _unpacked(self, name: str, shape: Shape | None) -> Shape | None:
+        """`shape`, its rank proven where the code unpacks the value's shape into names (`b, h, n, d
+        = x.shape`, `length, batch, size = x.size()`): that raises unless the value has exactly that
+        many axes, so it has them wherever the unpacking runs on every path that defines the value
+        (its branch decisions are among the definition's: no early return nor branch skips it), and
+        outside any `try` with handlers or `with` block (which could catch the error)."""
+        if shape is not None and shape.exact:
+            return shape
+        if self._unpacks is None:
+            self._unpacks = {}
+            tree = numbers.tree_of(self.method.pos.file) if self.method.pos is not None else None
+            shielded = [] if tree is None else [
+                (b.body[0].lineno, b.body[-1].end_lineno or b.body[-1].lineno) for b in ast.walk(tree)
+                if isinstance(b, (ast.With, ast.AsyncWith)) or isinstance(b, (ast.Try, ast.TryStar)) and b.handlers]
+            for node in self.method.nodes:
+                whole = (node.op == "getattr" and node.inputs[1:] == (Const("shape"),)) or (
+                    node.op == ".size" and len(node.inputs) == 1 and not node.kwargs)
+                sites = [p.line for p in (node.pos, *node.via) if p is not None]
+                if tree is None or node.kind != "op" or not whole or len(node.outputs) < 2 or node.pos is None \
+                        or any(p.file != self.method.pos.file for p in (node.pos, *node.via)) \
+                        or not isinstance(node.inputs[0], Var) or any(a <= line <= b for a, b in shielded for line in sites):
+                    continue
+                self._unpacks.setdefault(node.inputs[0].name, []).append(node)
+        definition = self.defs.get(name)
+        decided = {(c.id, c.taken) for c in definition.guard} if definition is not None else set()
+        ranks = {len(u.outputs) for u in self._unpacks.get(name, ()) if {(c.id, c.taken) for c in u.guard} <= decided}
+        if len(ranks) != 1:
+            return shape
+        rank = ranks.pop()
+        if shape is None:
+            return Shape(tuple(fresh() for _ in range(rank)), True)
+        if len(shape.axes) > rank:
+            return shape  # the unpacking raises wherever the code runs
+        return Shape(tuple(fresh() for _ in range(rank - len(shape.axes))) + shape.axes, True)
 
     def _derive_value(self, name: str) -> Shape | None:
         node = self.defs.get(name)

@@ -1,0 +1,334 @@
+"""A key of unproven rank transposed by constant dimensions (`k.transpose(2, 3)`, torchtune's
+Gemma2Attention, where the key comes from a KV cache's `update` or a norm layer of unknown output
+shape): the transpose swaps the last two axes only where the key is 4-D, which nothing in the code
+proves. The kernel gets the key as the code transposes it, transposed back
+(`k.transpose(2, 3).transpose(-2, -1)`): its product with the query is the code's own whatever the
+rank, and `k` itself (a view with k's strides) where the key is 4-D. A key of proven rank keeps the
+plain spelling, and one proven of another rank stays a near-miss.
+
+Each case runs original against rewritten in float64: keys of rank 4 and 5, the causal default
+mask, a bool mask with fully masked rows, the sliding window, with and without the cache, eval and
+train (to float32 precision: the code's `.float()` softmax rounds there); soft-capping keeps
+the original."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+from engine.scan import scan_source, select_rules
+
+torch = pytest.importorskip("torch")
+
+pytestmark = pytest.mark.torch
+
+GEMMA_LIKE = """
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class Cache(nn.Module):
+    def update(self, k, v):
+        return torch.cat([k, k], dim=2), torch.cat([v, v], dim=2)
+
+
+class GemmaLike(nn.Module):
+    def __init__(self, dim=16, heads=4, kv_heads=2, kv_cache=None, k_norm=None, softcapping=None,
+                 sliding_window_size=None):
+        super().__init__()
+        self.num_heads, self.num_kv_heads, self.head_dim = heads, kv_heads, dim // heads
+        self.scaling = self.head_dim ** -0.5
+        self.q_proj = nn.Linear(dim, dim)
+        self.k_proj = nn.Linear(dim, kv_heads * self.head_dim)
+        self.v_proj = nn.Linear(dim, kv_heads * self.head_dim)
+        self.output_proj = nn.Linear(dim, dim)
+        self.kv_cache = kv_cache
+        self.k_norm = k_norm
+        self.softcapping = softcapping
+        self.sliding_window_size = sliding_window_size
+
+    def forward(self, x, y, mask=None):
+        b, s_x, _ = x.shape
+        s_y = y.shape[1]
+        q_per_kv = self.num_heads // self.num_kv_heads
+        q = self.q_proj(x).view(b, s_x, self.num_heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(y).view(b, s_y, self.num_kv_heads, 1, self.head_dim)
+        v = self.v_proj(y).view(b, s_y, self.num_kv_heads, 1, self.head_dim)
+        if self.num_heads != self.num_kv_heads:
+            k = k.expand(b, s_y, self.num_kv_heads, q_per_kv, self.head_dim)
+            v = v.expand(b, s_y, self.num_kv_heads, q_per_kv, self.head_dim)
+        k = k.reshape(b, s_y, -1, self.head_dim).transpose(1, 2)
+        v = v.reshape(b, s_y, -1, self.head_dim).transpose(1, 2)
+        if self.k_norm is not None:
+            k = self.k_norm(k)
+        if self.kv_cache is not None:
+            k, v = self.kv_cache.update(k, v)
+        q.mul_(self.scaling)
+        output = torch.matmul(q, k.transpose(2, 3))
+        if mask is None:
+            mask = torch.tril(torch.ones(size=(s_x, k.shape[2]), dtype=torch.bool))
+        if mask.dtype == torch.bool:
+            mask = torch.where(mask.logical_not(), -2.3819763e38, 0)
+        if self.sliding_window_size is not None:
+            all_ones = torch.ones_like(mask)
+            sliding_mask = torch.triu(all_ones, -1 * self.sliding_window_size + 1) * torch.tril(
+                all_ones, self.sliding_window_size - 1)
+            mask = torch.where(sliding_mask == 1, mask, -2.3819763e38)
+        if mask.dim() == 3:
+            mask = mask.unsqueeze(1)
+        if self.softcapping is not None:
+            output = output / self.softcapping
+            output = torch.tanh(output)
+            output = output * self.softcapping
+        output = output + mask
+        output = F.softmax(output.float(), dim=-1).type_as(q)
+        output = torch.matmul(output, v)
+        output = output.transpose(1, 2).contiguous().view(b, s_x, -1)
+        return self.output_proj(output)
+"""
+
+# the bare product of operands of unknown rank: keys of any rank are the code's own product
+ANY_RANK = """
+import torch
+from torch import nn
+
+
+class AnyRank(nn.Module):
+    def forward(self, q, k, v):
+        s = torch.matmul(q, k.transpose(2, 3)) * 0.5
+        return torch.matmul(s.softmax(dim=-1), v)
+"""
+
+
+@functools.cache
+def _rewrite(source: str):
+    findings, new = scan_source(source, select_rules("sdpa-attention"), "case.py", "case")
+    return [f for f in findings if f.rule_id == "sdpa-attention"], new
+
+
+def _namespace(source: str) -> dict:
+    namespace: dict = {}
+    exec(compile(source, "<case>", "exec"), namespace)  # noqa: S102 - test code written in this file
+    return namespace
+
+
+def test_gemma2_attention_with_a_cached_key_is_rewritten_with_the_key_transposed_back():
+    findings, new = _rewrite(GEMMA_LIKE)
+    assert [(f.status, f.guard_text) for f in findings] == [("guarded", "self.softcapping is not None")]
+    kernel = " ".join(new.split("scaled_dot_product_attention(", 1)[1].split())
+    assert kernel.startswith("q, k.transpose(2, 3).transpose(-2, -1), v, attn_mask=mask, scale=1.0")
+    assert _rewrite(new)[1] == new
+
+
+@pytest.mark.parametrize("cached", [False, True])
+@pytest.mark.parametrize("window", [None, 2])
+def test_gemma2_rewrite_agrees_in_float64(cached, window):
+    _, new = _rewrite(GEMMA_LIKE)
+    original, rewritten = _namespace(GEMMA_LIKE), _namespace(new)
+    for softcapping in (None, 5.0):
+        torch.manual_seed(0)
+        a = original["GemmaLike"](
+            kv_cache=original["Cache"]() if cached else None,
+            k_norm=torch.nn.Identity(),
+            softcapping=softcapping,
+            sliding_window_size=window,
+        ).double()
+        b = rewritten["GemmaLike"](
+            kv_cache=rewritten["Cache"]() if cached else None,
+            k_norm=torch.nn.Identity(),
+            softcapping=softcapping,
+            sliding_window_size=window,
+        ).double()
+        b.load_state_dict(a.state_dict())
+        x, y = torch.randn(2, 5, 16, dtype=torch.float64), torch.randn(2, 3, 16, dtype=torch.float64)
+        keys = 6 if cached else 3
+        bool_mask = torch.rand(2, 5, keys) > 0.4
+        bool_mask[0, 1] = False  # a fully masked row: uniform over the keys in both
+        for mode in (False, True):
+            a.train(mode)
+            b.train(mode)
+            for mask in (None, bool_mask):
+                # the code's softmax runs in float32 (`.float()`), the kernel's in float64
+                torch.testing.assert_close(b(x, y, mask), a(x, y, mask), rtol=1e-5, atol=1e-6)
+
+
+def test_a_key_of_any_rank_gives_the_code_s_own_product():
+    findings, new = _rewrite(ANY_RANK)
+    assert [f.status for f in findings] == ["rewritten"]
+    assert "k.transpose(2, 3).transpose(-2, -1)" in new
+    a, b = _namespace(ANY_RANK)["AnyRank"](), _namespace(new)["AnyRank"]()
+    q4, k4, v4 = (torch.randn(2, 3, 5, 4, dtype=torch.float64) for _ in range(3))
+    torch.testing.assert_close(b(q4, k4, v4), a(q4, k4, v4), rtol=1e-10, atol=1e-12)
+    # 5-D: transpose(2, 3) is not the last two axes, and the rewrite computes what the code does
+    q5 = torch.randn(2, 3, 6, 5, 4, dtype=torch.float64)
+    k5 = torch.randn(2, 3, 4, 6, 7, dtype=torch.float64)  # k.transpose(2, 3): (2, 3, 6, 4, 7)
+    v5 = torch.randn(2, 3, 6, 7, 3, dtype=torch.float64)
+    torch.testing.assert_close(b(q5, k5, v5), a(q5, k5, v5), rtol=1e-10, atol=1e-12)
+    with pytest.raises(IndexError):  # 3-D: both raise
+        a(q4[0], k4[0], v4[0])
+    with pytest.raises(IndexError):
+        b(q4[0], k4[0], v4[0])
+
+
+def test_a_key_of_proven_rank_four_keeps_the_plain_spelling():
+    source = ANY_RANK.replace(
+        "def forward(self, q, k, v):",
+        "def forward(self, q, x, v):\n        k = x.view(x.shape[0], x.shape[1], 4, -1).transpose(1, 2)",
+    )
+    findings, new = _rewrite(source)
+    assert [f.status for f in findings] == ["rewritten"]
+    assert ".transpose(-2, -1)" not in new.split("scaled_dot_product_attention", 1)[1]
+
+
+def test_a_join_of_keys_of_different_ranks_proves_no_rank_and_the_product_stays_exact():
+    source = ANY_RANK.replace(
+        "def forward(self, q, k, v):",
+        "def forward(self, q, x, v, wide=False):\n"
+        "        if wide:\n"
+        "            k = x.view(x.shape[0], x.shape[1], x.shape[2], 2, -1)\n"
+        "        else:\n"
+        "            k = x.view(x.shape[0], x.shape[1], x.shape[2], -1)",
+    )
+    findings, new = _rewrite(source)
+    assert [f.status for f in findings] == ["rewritten"]
+    assert "k.transpose(2, 3).transpose(-2, -1)" in new
+    a, b = _namespace(source)["AnyRank"](), _namespace(new)["AnyRank"]()
+    q, x, v = (torch.randn(2, 3, 4, 4, dtype=torch.float64) for _ in range(3))
+    torch.testing.assert_close(b(q, x, v), a(q, x, v), rtol=1e-10, atol=1e-12)
+    q5 = torch.randn(2, 3, 2, 5, 4, dtype=torch.float64)  # k 5-D: (2, 3, 4, 2, 2), transposed (2, 3, 2, 4, 2)
+    v5 = torch.randn(2, 3, 2, 2, 3, dtype=torch.float64)
+    torch.testing.assert_close(b(q5, x, v5, True), a(q5, x, v5, True), rtol=1e-10, atol=1e-12)
+
+
+def test_a_key_of_proven_rank_five_stays_a_near_miss():
+    source = ANY_RANK.replace(
+        "def forward(self, q, k, v):",
+        "def forward(self, q, x, v):\n        k = x.view(x.shape[0], x.shape[1], x.shape[2], 2, -1)",
+    )
+    findings, new = _rewrite(source)
+    assert new == source
+    assert [f.status for f in findings] == ["near-miss"]
+    assert "transpose(2, 3) of a 5-D tensor is not provably a swap" in findings[0].reason
+
+
+# Llama's layout: the rotary embedding multiplies by `cos` of unknown rank (the key's rank is lost
+# there), and `repeat_kv` unpacks the key's shape into four names, which raises unless it is 4-D
+LLAMA_LIKE = """
+import torch
+from torch import nn
+
+
+def rotate_half(x):
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def repeat_kv(hidden_states, n_rep):
+    batch, num_key_value_heads, slen, head_dim = hidden_states.shape
+    if n_rep == 1:
+        return hidden_states
+    hidden_states = hidden_states[:, :, None, :, :].expand(batch, num_key_value_heads, n_rep, slen, head_dim)
+    return hidden_states.reshape(batch, num_key_value_heads * n_rep, slen, head_dim)
+
+
+class LlamaLike(nn.Module):
+    def __init__(self, dim=16, heads=4, kv_heads=2):
+        super().__init__()
+        self.num_heads, self.num_key_value_heads, self.head_dim = heads, kv_heads, dim // heads
+        self.num_key_value_groups = heads // kv_heads
+        self.q_proj = nn.Linear(dim, dim)
+        self.k_proj = nn.Linear(dim, kv_heads * self.head_dim)
+        self.v_proj = nn.Linear(dim, kv_heads * self.head_dim)
+
+    def forward(self, x, cos, sin, attention_mask=None, past_key_value=None):
+        bsz, q_len, _ = x.size()
+        q = self.q_proj(x).view(bsz, q_len, self.num_heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(bsz, q_len, self.num_key_value_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(bsz, q_len, self.num_key_value_heads, self.head_dim).transpose(1, 2)
+        q = (q * cos) + (rotate_half(q) * sin)
+        k = (k * cos) + (rotate_half(k) * sin)
+        if past_key_value is not None:
+            k = torch.cat([past_key_value[0], k], dim=2)
+            v = torch.cat([past_key_value[1], v], dim=2)
+        k = repeat_kv(k, self.num_key_value_groups)
+        v = repeat_kv(v, self.num_key_value_groups)
+        attn_weights = torch.matmul(q, k.transpose(2, 3)) / self.head_dim**0.5
+        if attention_mask is not None:
+            attn_weights = attn_weights + attention_mask
+        attn_weights = nn.functional.softmax(attn_weights, dim=-1, dtype=torch.float32).to(q.dtype)
+        return torch.matmul(attn_weights, v).transpose(1, 2).reshape(bsz, q_len, -1)
+"""
+
+
+def test_a_key_whose_shape_is_unpacked_into_four_names_is_4d():
+    findings, new = _rewrite(LLAMA_LIKE)
+    assert [f.status for f in findings] == ["rewritten"]
+    kernel = " ".join(new.split("scaled_dot_product_attention(", 1)[1].split())
+    assert kernel.startswith("q, k, v,")
+    original, rewritten = _namespace(LLAMA_LIKE), _namespace(new)
+    for kv_heads in (4, 2):  # repeat_kv returns its input, or the expanded reshape
+        torch.manual_seed(0)
+        a, b = (
+            original["LlamaLike"](kv_heads=kv_heads).double(),
+            rewritten["LlamaLike"](kv_heads=kv_heads).double(),
+        )
+        b.load_state_dict(a.state_dict())
+        x = torch.randn(2, 5, 16, dtype=torch.float64)
+        cos, sin = torch.randn(1, 1, 5, 4, dtype=torch.float64), torch.randn(1, 1, 5, 4, dtype=torch.float64)
+        causal = torch.full((5, 5), float("-inf"), dtype=torch.float64).triu(1)
+        for mask in (None, causal):
+            # the code's softmax runs in float32 (`dtype=torch.float32`), the kernel's in float64
+            torch.testing.assert_close(b(x, cos, sin, mask), a(x, cos, sin, mask), rtol=1e-5, atol=1e-6)
+
+
+def test_an_unpacking_on_one_branch_only_proves_no_rank():
+    source = LLAMA_LIKE.replace(
+        "    batch, num_key_value_heads, slen, head_dim = hidden_states.shape\n    if n_rep == 1:\n",
+        "    if n_rep == 1:\n",
+    ).replace(
+        "    hidden_states = hidden_states[:, :, None",
+        "    batch, num_key_value_heads, slen, head_dim = hidden_states.shape\n    hidden_states = hidden_states[:, :, None",
+    )
+    assert source != LLAMA_LIKE
+    findings, new = _rewrite(source)
+    assert [f.status for f in findings] == ["rewritten"]
+    assert "k.transpose(2, 3).transpose(-2, -1)" in new  # the n_rep == 1 path returns the key unproven
+
+
+def test_a_key_unpacked_into_five_names_stays_a_near_miss():
+    source = ANY_RANK.replace(
+        "def forward(self, q, k, v):",
+        "def forward(self, q, k, v):\n        b, h, n, m, d = k.shape",
+    )
+    findings, new = _rewrite(source)
+    assert new == source
+    assert [f.status for f in findings] == ["near-miss"]
+    assert "transpose(2, 3) of a 5-D tensor is not provably a swap" in findings[0].reason
+
+
+@pytest.mark.parametrize(
+    "wrap",
+    [
+        "try:\n            b, h, n, d = k.shape\n        except ValueError:\n            pass",
+        "with contextlib.suppress(ValueError):\n            b, h, n, d = k.shape",
+    ],
+)
+def test_an_unpacking_whose_error_may_be_caught_proves_no_rank(wrap):
+    source = ANY_RANK.replace("import torch\n", "import contextlib\n\nimport torch\n").replace(
+        "def forward(self, q, k, v):", "def forward(self, q, k, v):\n        " + wrap
+    )
+    findings, new = _rewrite(source)
+    assert [f.status for f in findings] == ["rewritten"]
+    assert "k.transpose(2, 3).transpose(-2, -1)" in new
+
+
+def test_a_cache_s_outputs_unpacked_into_four_names_are_4d():
+    source = ANY_RANK.replace(
+        "def forward(self, q, k, v):",
+        "def forward(self, q, k, v, cache):\n        k, v = cache.update(k, v)\n        b, h, n, d = k.shape",
+    )
+    findings, new = _rewrite(source)
+    assert [f.status for f in findings] == ["rewritten"]
+    assert "k.transpose" not in new
