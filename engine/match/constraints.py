@@ -33,6 +33,8 @@ def _drops_keys(value, ix: MethodIndex) -> bool:
         if text in ("float('-inf')", 'float("-inf")', "-float('inf')", '-float("inf")', "-math.inf", "-torch.inf",
                     "-numpy.inf", "-np.inf") or ".finfo(" in text and text.endswith(".min"):
             return True
+        if text.startswith("-") and ".finfo(" in text and text.endswith(".max"):
+            return True  # -torch.finfo(dtype).max is finfo.min
     number = numeric(value) if isinstance(value, (Const, Sym)) else None
     if number is not None and number <= -1e4:
         return True
