@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch")
 
 pytestmark = pytest.mark.torch
 
-ATTRIBUTE_FILL = '''
+ATTRIBUTE_FILL = """
 import torch
 from torch import nn
 
@@ -38,7 +38,7 @@ class AttributeFill(nn.Module):
         s = s.masked_fill(mask, self.fill)
         p = self.drop(torch.softmax(s, dim=-1))
         return torch.matmul(p, v)
-'''
+"""
 
 
 def _source(half: str, other: str) -> str:
@@ -91,11 +91,14 @@ def _agree(source: str, new: str, infinite: bool):
                 torch.testing.assert_close(qc.grad, qa.grad)
 
 
-@pytest.mark.parametrize(("half", "other", "infinite"), [
-    ("-1e4", "-1e9", False),
-    ("-torch.finfo(torch.float16).max", "torch.finfo(torch.float32).min", False),
-    ('float("-inf")', '-float("inf")', True),
-])
+@pytest.mark.parametrize(
+    ("half", "other", "infinite"),
+    [
+        ("-1e4", "-1e9", False),
+        ("-torch.finfo(torch.float16).max", "torch.finfo(torch.float32).min", False),
+        ('float("-inf")', '-float("inf")', True),
+    ],
+)
 def test_a_fill_attribute_set_on_every_path_is_its_values(half, other, infinite):
     source = _source(half, other)
     findings, new = _rewrite(source)
@@ -112,19 +115,29 @@ def test_a_conditional_expression_gives_both_its_arms():
     _agree(source, new, False)
 
 
-@pytest.mark.parametrize(("source", "reason"), [
-    # -inf on one path, a finite fill on the other: fully masked rows are NaN or the average of v
-    (_source("-65000", '-float("inf")'), "-inf on some paths of `__init__` and finite on others"),
-    # a value that does not drop the keys on one path
-    (_source("-1.0", "-1e9"), "is not -inf"),
-    (_branches("if half:\n            self.fill = -1e9"), "is not -inf"),  # not set on every path
-    (_source("-1e9", "-1e9") + "\n    def to_half(self):\n        self.fill = -1.0\n", "is not -inf"),
-    (_source("-1e9", "-1e9") + "\n\nclass Sub(AttributeFill):\n    def __init__(self):\n"
-     "        super().__init__()\n        self.fill = 0.0\n", "is not -inf"),  # a subclass resets it
-    (_source("-1e9", "-1e9") + "\n\ndef make():\n    m = AttributeFill()\n    setattr(m, 'fill', 0.0)\n"
-     "    return m\n", "is not -inf"),
-    (_branches("self.fill = -1e9\n        self.fill -= 1"), "is not -inf"),  # an augmented assignment
-])
+@pytest.mark.parametrize(
+    ("source", "reason"),
+    [
+        # -inf on one path, a finite fill on the other: fully masked rows are NaN or the average of v
+        (_source("-65000", '-float("inf")'), "-inf on some paths of `__init__` and finite on others"),
+        # a value that does not drop the keys on one path
+        (_source("-1.0", "-1e9"), "is not -inf"),
+        (_branches("if half:\n            self.fill = -1e9"), "is not -inf"),  # not set on every path
+        (_source("-1e9", "-1e9") + "\n    def to_half(self):\n        self.fill = -1.0\n", "is not -inf"),
+        (
+            _source("-1e9", "-1e9") + "\n\nclass Sub(AttributeFill):\n    def __init__(self):\n"
+            "        super().__init__()\n        self.fill = 0.0\n",
+            "is not -inf",
+        ),  # a subclass resets it
+        (
+            _source("-1e9", "-1e9")
+            + "\n\ndef make():\n    m = AttributeFill()\n    setattr(m, 'fill', 0.0)\n"
+            "    return m\n",
+            "is not -inf",
+        ),
+        (_branches("self.fill = -1e9\n        self.fill -= 1"), "is not -inf"),  # an augmented assignment
+    ],
+)
 def test_a_fill_attribute_not_proven_is_a_near_miss(source, reason):
     findings, _ = _rewrite(source)
     assert [f.status for f in findings] == ["near-miss"]
@@ -132,8 +145,10 @@ def test_a_fill_attribute_not_proven_is_a_near_miss(source, reason):
 
 
 def test_another_class_setting_its_own_attribute_of_that_name_is_no_write():
-    source = _source("-1e9", "-1e4") + "\n\nclass Other(nn.Module):\n    def __init__(self):\n" \
+    source = (
+        _source("-1e9", "-1e4") + "\n\nclass Other(nn.Module):\n    def __init__(self):\n"
         "        super().__init__()\n        self.fill = 0.0\n"
+    )
     findings, new = _rewrite(source)
     assert [f.status for f in findings] == ["rewritten"]
     _agree(source, new, False)
