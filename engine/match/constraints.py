@@ -62,7 +62,8 @@ def _fill_values(value, ix: MethodIndex) -> list:
 def _fill_is_minus_infinity(match: Match, ix: MethodIndex) -> str | None:
     """A `masked_fill` mask must fill with -inf (or the dtype's lowest value, or a huge negative
     number): only then is it the same as dropping those keys from the softmax. A fill that is an
-    attribute must be one on every path of `__init__` that sets it, all infinite or all finite."""
+    attribute must be one on every path of `__init__` that sets it, all infinite or all finite (or
+    the probabilities filled with 0 under the same mask after the softmax, which sets those rows)."""
     value = match.bindings.get("fill")
     if value is None:
         return None
@@ -70,7 +71,7 @@ def _fill_is_minus_infinity(match: Match, ix: MethodIndex) -> str | None:
     text = getattr(value, "text", getattr(value, "value", value))
     if not all(_drops_keys(v, ix) for v in values):
         return f"masked_fill value {text!r} is not -inf"
-    if len({_fill_is_infinite(v) for v in values}) > 1:
+    if len({_fill_is_infinite(v) for v in values}) > 1 and "p3" not in match.nodes:
         return (f"masked_fill value {text!r} is -inf on some paths of `__init__` and finite on others: rows whose "
                 "every key is masked are NaN on the one and the average of v on the other")
     return None
@@ -488,8 +489,12 @@ def _fully_masked_rows_keep_original(match: Match, ix: MethodIndex) -> str | Non
     softmax of equal values: the plain average of `v` for a finite fill (-1e9, finfo.min), NaN for
     -inf. The rewrite reproduces both: it zeroes those rows' queries and unmasks them (scores 0,
     so the kernel averages `v` and no gradient reaches `q` or `k`, as `masked_fill` blocks it), and
-    for an infinite fill binds `$nan_rows` so the template sets those output rows to NaN."""
-    if "fmask" in match.bindings and all(_fill_is_infinite(v) for v in _fill_values(match.bindings.get("fill"), ix)):
+    for an infinite fill binds `$nan_rows` so the template sets those output rows to NaN. Where the
+    probabilities are filled with 0 under the same mask after the softmax (`$p3`, speechbrain's fix-up
+    of NaN rows), those rows are 0 whatever the fill, and so `$nan_rows` is 0."""
+    if "p3" in match.nodes:
+        match.bindings["nan_rows"] = Const(0.0)
+    elif "fmask" in match.bindings and all(_fill_is_infinite(v) for v in _fill_values(match.bindings.get("fill"), ix)):
         match.bindings["nan_rows"] = Sym("float('nan')")
     return None
 

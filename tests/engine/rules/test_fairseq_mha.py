@@ -152,3 +152,68 @@ def test_another_class_setting_its_own_attribute_of_that_name_is_no_write():
     findings, new = _rewrite(source)
     assert [f.status for f in findings] == ["rewritten"]
     _agree(source, new, False)
+
+
+REFILLED = """
+import torch
+from torch import nn
+
+
+class Refilled(nn.Module):
+    def __init__(self, half=False, dropout=0.0):
+        super().__init__()
+        self.drop = nn.Dropout(dropout)
+        if half:
+            self.fill = -65000
+        else:
+            self.fill = -float("inf")
+
+    def forward(self, q, k, v, mask):
+        s = torch.matmul(q, k.transpose(-2, -1)) * 0.25
+        s = s.masked_fill(mask, self.fill)
+        p = self.drop(torch.softmax(s, dim=-1))
+        p = p.masked_fill(mask, 0.0)
+        return torch.matmul(p, v)
+"""
+
+
+@pytest.mark.parametrize("half", [False, True])
+def test_probabilities_refilled_with_zero_under_the_mask_make_fully_masked_rows_zero(half):
+    """speechbrain's fix-up after the softmax: the rows whose every key is masked are 0 whether the
+    fill was -inf (NaN rows) or finite (the average of v), so the fill may differ between paths."""
+    findings, new = _rewrite(REFILLED)
+    assert [f.status for f in findings] == ["rewritten"]
+    assert ".masked_fill(mask.all(-1, keepdim=True), 0.0)" in new
+    original, rewritten = {}, {}
+    exec(compile(REFILLED, "<original>", "exec"), original)  # noqa: S102 - test code written in this file
+    exec(compile(new, "<rewritten>", "exec"), rewritten)  # noqa: S102
+    torch.manual_seed(0)
+    b, h, n, d = 3, 2, 5, 4
+    q, k, v = (torch.randn(b, h, n, d, dtype=torch.float64) for _ in range(3))
+    for mode in (False, True):
+        a = original["Refilled"](half).train(mode)
+        c = rewritten["Refilled"](half).train(mode)
+        for name, mask in _masks(b, h, n).items():
+            qa, qc = q.clone().requires_grad_(), q.clone().requires_grad_()
+            va, vc = v.clone().requires_grad_(), v.clone().requires_grad_()
+            out_a, out_c = a(qa, k, va, mask), c(qc, k, vc, mask)
+            full = mask.expand(b, h, n, n).all(-1)
+            assert full.any() and not out_a.isnan().any() and (out_a[full] == 0).all()
+            torch.testing.assert_close(out_c, out_a, msg=lambda m, name=name: f"{name}: {m}")
+            weight = torch.randn(out_a.shape, dtype=torch.float64)
+            (out_a * weight).sum().backward()
+            (out_c * weight).sum().backward()
+            torch.testing.assert_close(qc.grad, qa.grad)
+            torch.testing.assert_close(vc.grad, va.grad)
+
+
+def test_a_refill_with_another_value_is_a_near_miss():
+    findings, _ = _rewrite(REFILLED.replace("p.masked_fill(mask, 0.0)", "p.masked_fill(mask, 1.0)"))
+    assert [f.status for f in findings] == ["near-miss"]
+    assert "constant differs" in findings[0].reason  # masked keys get weight 1: no fix-up
+
+
+def test_a_refill_under_another_mask_is_no_rewrite():
+    source = REFILLED.replace("p.masked_fill(mask, 0.0)", "p.masked_fill(other, 0.0)")
+    findings, new = _rewrite(source.replace("v, mask)", "v, mask, other)"))
+    assert all(f.status == "near-miss" for f in findings) and "scaled_dot_product_attention" not in new
