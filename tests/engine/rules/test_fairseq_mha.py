@@ -217,3 +217,13 @@ def test_a_refill_under_another_mask_is_no_rewrite():
     source = REFILLED.replace("p.masked_fill(mask, 0.0)", "p.masked_fill(other, 0.0)")
     findings, new = _rewrite(source.replace("v, mask)", "v, mask, other)"))
     assert all(f.status == "near-miss" for f in findings) and "scaled_dot_product_attention" not in new
+
+
+def test_a_zero_fill_after_the_softmax_without_one_before_is_no_attention_mask():
+    """Zeroing probabilities with no fill before the softmax is no renormalized softmax (flamingo's
+    text without media): the refill statement refers to the mask of the fill before, and without
+    that fill it matches nothing."""
+    source = REFILLED.replace("        s = s.masked_fill(mask, self.fill)\n", "")
+    findings, new = _rewrite(source)
+    assert "scaled_dot_product_attention" not in new
+    assert all(f.status == "near-miss" for f in findings)
