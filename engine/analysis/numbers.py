@@ -389,6 +389,58 @@ def _int_value(e: ast.expr, env: dict[str, int]) -> int | None:
     return None
 
 
+def _assigned_on_every_path(body: list[ast.stmt], attr: str, values: list[ast.expr]) -> bool:
+    """Whether running `body` always assigns `self.<attr>`: a plain assignment among its statements,
+    or an `if` both of whose branches always do. The values of those assignments go to `values`."""
+    always = False
+    for stmt in body:
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and _is_attribute(stmt.targets[0], "self", attr):
+            values.append(stmt.value)
+            always = True
+        elif isinstance(stmt, ast.If):
+            taken = _assigned_on_every_path(stmt.body, attr, values)
+            always = _assigned_on_every_path(stmt.orelse, attr, values) and taken or always
+    return always
+
+
+def attribute_values(tree: ast.Module, cls: str, attr: str) -> list[ast.expr] | None:
+    """The expressions `self.<attr>` of class `cls` is assigned from, where it holds one of them
+    whenever a method reads it: `__init__` assigns it on every path through its `if`s (`if half:
+    self.fill = -65000` `else: self.fill = -float("inf")`; a conditional expression gives both its
+    arms), and nothing else in the file writes an attribute of that name (another method, a
+    subclass, code outside the class, `setattr`, an augmented assignment; an unrelated class may set
+    its own). None otherwise."""
+    init = _function(tree, cls, "__init__") if _class(tree, cls) is not None else None
+    if init is None:
+        return None
+    values: list[ast.expr] = []
+    if not _assigned_on_every_path(init.body, attr, values):
+        return None
+    # another class's own `self.<attr>` is its business, unless it derives from `cls`
+    elsewhere = {id(n) for c in tree.body if isinstance(c, ast.ClassDef) and c.name != cls
+                 and not any(ast.unparse(b).rpartition(".")[2] == cls for b in c.bases) for n in ast.walk(c)}
+    writes = 0
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr == attr and not isinstance(node.ctx, ast.Load):
+            if not (isinstance(node.value, ast.Name) and node.value.id == "self"):
+                return None  # `obj.fill = ...`: set from outside
+            writes += id(node) not in elsewhere
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr"):
+            name = node.args[1] if len(node.args) > 1 else None
+            if not (isinstance(name, ast.Constant) and name.value != attr):
+                return None  # `setattr(obj, "fill", ...)`, or of a name not written out
+    if writes != len(values):
+        return None  # written somewhere else too
+    arms: list[ast.expr] = []
+    while values:
+        value = values.pop()
+        if isinstance(value, ast.IfExp):
+            values.extend((value.body, value.orelse))
+        else:
+            arms.append(value)
+    return arms
+
+
 def _construction_values(tree: ast.Module, cls: str, param: str, index: int | None,
                          default: ast.expr | None) -> frozenset[int] | None:
     imports = Imports(tree, "")

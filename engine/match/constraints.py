@@ -8,7 +8,12 @@ import math
 import re
 from collections.abc import Callable
 
-from engine.analysis.numbers import function_attribute_cache, function_attribute_value, tree_of
+from engine.analysis.numbers import (
+    attribute_values,
+    function_attribute_cache,
+    function_attribute_value,
+    tree_of,
+)
 from engine.dsl.ir import Const, Operand, Pos, Seq, Sym, Var
 from engine.match.matcher import Match, MethodIndex, numeric, render
 from engine.match.polynomial import PolynomialReader
@@ -22,29 +27,54 @@ def _is_finfo_max(value, ix: MethodIndex) -> bool:
     return source is not None and source.op in ("torch.finfo", "numpy.finfo")
 
 
-def _fill_is_minus_infinity(match: Match, ix: MethodIndex) -> str | None:
-    """A `masked_fill` mask must fill with -inf (or the dtype's lowest value, or a huge negative
-    number): only then is it the same as dropping those keys from the softmax."""
-    value = match.bindings.get("fill")
-    if value is None:
-        return None
+def _drops_keys(value, ix: MethodIndex) -> bool:
     if isinstance(value, Sym):
         text = value.text.replace(" ", "")
         if text in ("float('-inf')", 'float("-inf")', "-float('inf')", '-float("inf")', "-math.inf", "-torch.inf",
                     "-numpy.inf", "-np.inf") or ".finfo(" in text and text.endswith(".min"):
-            return None
+            return True
+        if text.startswith("-") and ".finfo(" in text and text.endswith(".max"):
+            return True  # -torch.finfo(dtype).max is finfo.min
     number = numeric(value) if isinstance(value, (Const, Sym)) else None
     if number is not None and number <= -1e4:
-        return None
+        return True
     if isinstance(value, Var):
         node = ix.defs.get(value.name)
         if node is not None and node.op == "getattr" and node.inputs[1:] == (Const("min"),):
-            return None
+            return True
         if node is not None and node.op == "neg" and _is_finfo_max(node.inputs[0], ix):
-            return None  # -torch.finfo(dtype).max is the dtype's lowest value, finfo.min
-    return f"masked_fill value {getattr(value, 'text', getattr(value, 'value', value))!r} is not -inf"
+            return True  # -torch.finfo(dtype).max is the dtype's lowest value, finfo.min
+    return False
 
 
+_SELF_ATTRIBUTE = re.compile(r"self\.([A-Za-z_]\w*)")
+
+
+def _fill_values(value, ix: MethodIndex) -> list:
+    """What a fill may be: itself, or for `self.<attr>` each value `__init__` assigns it on its paths
+    (engine.analysis.numbers.attribute_values: `-65000` for half parameters, else `-float("inf")`)."""
+    m = _SELF_ATTRIBUTE.fullmatch(value.text.replace(" ", "")) if isinstance(value, Sym) else None
+    tree = tree_of(ix.file.path) if m is not None else None
+    values = attribute_values(tree, ix.cls.name, m.group(1)) if tree is not None and m is not None else None
+    return [Sym(ast.unparse(v)) for v in values] if values else [value]
+
+
+def _fill_is_minus_infinity(match: Match, ix: MethodIndex) -> str | None:
+    """A `masked_fill` mask must fill with -inf (or the dtype's lowest value, or a huge negative
+    number): only then is it the same as dropping those keys from the softmax. A fill that is an
+    attribute must be one on every path of `__init__` that sets it, all infinite or all finite (or
+    the probabilities filled with 0 under the same mask after the softmax, which sets those rows)."""
+    value = match.bindings.get("fill")
+    if value is None:
+        return None
+    values = _fill_values(value, ix)
+    text = getattr(value, "text", getattr(value, "value", value))
+    if not all(_drops_keys(v, ix) for v in values):
+        return f"masked_fill value {text!r} is not -inf"
+    if len({_fill_is_infinite(v) for v in values}) > 1 and "p3" not in match.nodes:
+        return (f"masked_fill value {text!r} is -inf on some paths of `__init__` and finite on others: rows whose "
+                "every key is masked are NaN on the one and the average of v on the other")
+    return None
 
 
 def _same_branch(match: Match, ix: MethodIndex) -> str | None:
@@ -470,8 +500,12 @@ def _fully_masked_rows_keep_original(match: Match, ix: MethodIndex) -> str | Non
     softmax of equal values: the plain average of `v` for a finite fill (-1e9, finfo.min), NaN for
     -inf. The rewrite reproduces both: it zeroes those rows' queries and unmasks them (scores 0,
     so the kernel averages `v` and no gradient reaches `q` or `k`, as `masked_fill` blocks it), and
-    for an infinite fill binds `$nan_rows` so the template sets those output rows to NaN."""
-    if "fmask" in match.bindings and _fill_is_infinite(match.bindings.get("fill")):
+    for an infinite fill binds `$nan_rows` so the template sets those output rows to NaN. Where the
+    probabilities are filled with 0 under the same mask after the softmax (`$p3`, speechbrain's fix-up
+    of NaN rows), those rows are 0 whatever the fill, and so `$nan_rows` is 0."""
+    if "p3" in match.nodes:
+        match.bindings["nan_rows"] = Const(0.0)
+    elif "fmask" in match.bindings and all(_fill_is_infinite(v) for v in _fill_values(match.bindings.get("fill"), ix)):
         match.bindings["nan_rows"] = Sym("float('nan')")
     return None
 

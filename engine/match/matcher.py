@@ -981,6 +981,25 @@ def match_method(rule: Rule, index: MethodIndex, relaxed: bool = False) -> list[
     return out
 
 
+def _introducing_statements(pattern: Pattern) -> list[tuple[str, tuple[str, ...]]]:
+    """For each free variable that an optional statement reads first and later optional statements
+    read too: (that statement's key, the later ones' keys). The first introduces the value the later
+    ones refer to (`$p3 = masked_fill($p2, mask=$fmask, value=0)?` refills under the mask that
+    `$s3 = masked_fill(..., mask=$fmask, ...)?` applied), so a match without it matches none of them
+    (a required statement reading the variable binds it on its own: `mul($x, $r)` where the optional
+    `$xf = .float($x)?` is absent)."""
+    readers: dict[str, list[tuple[str, bool]]] = {}
+    for i, stmt in enumerate(pattern.stmts):
+        for alt in stmt.alternatives:
+            for arg in (*alt.args, *(a for _, a in alt.kwargs)):
+                if arg.kind == "var" and pattern.definer(arg.value) is None:  # type: ignore[arg-type]
+                    keys = readers.setdefault(arg.value, [])  # type: ignore[arg-type]
+                    if _stmt_key(stmt, i) not in (k for k, _ in keys):
+                        keys.append((_stmt_key(stmt, i), stmt.optional))
+    return [(keys[0][0], later) for keys in readers.values() if keys[0][1]
+            and (later := tuple(k for k, optional in keys[1:] if optional))]
+
+
 def match_pattern(rule: Rule, pattern: Pattern, index: MethodIndex, relaxed: bool = False) -> list[Match]:
     roots = index.candidates(pattern.root.all_ops)
     if not roots:
@@ -989,6 +1008,7 @@ def match_pattern(rule: Rule, pattern: Pattern, index: MethodIndex, relaxed: boo
     root_index = len(pattern.stmts) - 1
     root = pattern.root
     extra = [(i, s) for i, s in sinks(pattern) if i != root_index][::-1]
+    introduced = _introducing_statements(pattern)
     out: list[Match] = []
 
     def complete(state: _State, k: int):
@@ -1004,6 +1024,9 @@ def match_pattern(rule: Rule, pattern: Pattern, index: MethodIndex, relaxed: boo
         matcher.attempts = 0
         for first in matcher.match_stmt(root_index, root, node, _State()):
             for state in complete(first, 0):
+                if any(first_key in state.skipped and any(k in state.nodes for k in later)
+                       for first_key, later in introduced):
+                    continue  # a free variable bound only by a later reader: the value it names is absent
                 for real in index.stands_for.get(id(node), ()):
                     state.nodes[f"{VIEW_KEY}{real.outputs[0]}"] = real
                 out.append(Match(rule, index.file, index.cls, index.method, node, state.nodes, state.bindings,
