@@ -174,10 +174,7 @@ CHECKS["last_dim"] = _last_dim
 
 def _last_two_dims(match: Match, ix: MethodIndex) -> str | None:
     """The transpose bound as `$kt` swaps the last two dimensions of `$k`: (-2, -1), or (r-2, r-1)
-    where `$k` provably has r dimensions. Where the rank of `$k` is not proven (a key from a cache or
-    a layer whose output shape is unknown), the kernel gets the key as the code transposes it,
-    transposed back (`k.transpose(2, 3).transpose(-2, -1)`): the same product whatever the rank,
-    and `k` itself where it is 4-D. `$kt_dims` is bound to the transpose's dimensions."""
+    where `$k` provably has r dimensions."""
     for key in ("kt", "pt"):  # the key's transpose; the probabilities' (output read back channels-first)
         node = match.nodes.get(key)
         if node is None:
@@ -192,9 +189,6 @@ def _last_two_dims(match: Match, ix: MethodIndex) -> str | None:
         if dims == [1, 2] and product is not None and product.target in _BATCHED_3D:
             continue  # a bmm operand is 3-D wherever the code runs (bmm raises on any other rank)
         rank = rank_of(node.inputs[0], ix) if node.inputs else None
-        if key == "kt" and rank is None:
-            match.bindings["kt_dims"] = Sym(f"{d0.value}, {d1.value}")
-            continue
         known = f" of a {rank}-D tensor" if rank is not None else ""
         return f"transpose({dims[0]}, {dims[1]}){known} is not provably a swap of the last two dimensions"
     return None

@@ -214,10 +214,6 @@ def lookup(match: Match, base: Callable[[str], str | None],
             text = base(name)
         if text is None:
             return None
-        if name == "k" and "kt_dims" in match.bindings:
-            # a key of unproven rank: the code's own transpose, transposed back (constraint `last_two_dims`)
-            text = f"{_atom(text)}.transpose({match.bindings['kt_dims'].text})"  # type: ignore[union-attr]
-            swap = True
         if swap:
             text = _atom(text) + _SWAP
         if name == "v" and _upcast(match):
@@ -242,8 +238,6 @@ def sequence_axis(match: Match, name: str) -> tuple[Operand, int] | None:
     the kernel operand's axis -2 (the query's or the key's length); None where a lowering made
     that axis."""
     operand = match.bindings.get(name)
-    if name == "k" and "kt_dims" in match.bindings:
-        return None  # which axis of the key the code's transpose moved is not known
     swap = name == "k" and _needs_key_swap(match)
     low = _lowered(match, name, lambda o: "")
     if low is None:

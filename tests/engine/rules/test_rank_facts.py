@@ -1,15 +1,11 @@
-"""A key of unproven rank transposed by constant dimensions (`k.transpose(2, 3)`, torchtune's
-Gemma2Attention, where the key comes from a KV cache's `update` or a norm layer of unknown output
-shape): the transpose swaps the last two axes only where the key is 4-D, which nothing in the code
-proves. The kernel gets the key as the code transposes it, transposed back
-(`k.transpose(2, 3).transpose(-2, -1)`): its product with the query is the code's own whatever the
-rank, and `k` itself (a view with k's strides) where the key is 4-D. A key of proven rank keeps the
-plain spelling, and one proven of another rank stays a near-miss.
-
-Each case runs original against rewritten in float64: keys of rank 4 and 5, the causal default
-mask, a bool mask with fully masked rows, the sliding window, with and without the cache, eval and
-train (to float32 precision: the code's `.float()` softmax rounds there); soft-capping keeps
-the original."""
+"""Rank facts for the key's transpose. `k.transpose(2, 3)` swaps the last two axes only where the
+key is 4-D. A rank is proven by an unpacking of the key's whole shape into names on every path that
+defines it (Llama's `repeat_kv`: `batch, heads, slen, head_dim = hidden_states.shape` raises unless
+it is 4-D), and not where the error could be caught. A key of unproven rank (torchtune's Gemma2,
+where it comes from a KV cache's `update` or a norm layer passed in) stays a near-miss: the kernel
+could only be given `k.transpose(2, 3).transpose(-2, -1)`, a spelling no maintainer would take.
+The Llama-like rewrite runs original against rewritten in float64 (to float32 precision: the code's
+softmax runs in float32)."""
 
 from __future__ import annotations
 
@@ -114,62 +110,21 @@ def _namespace(source: str) -> dict:
     return namespace
 
 
-def test_gemma2_attention_with_a_cached_key_is_rewritten_with_the_key_transposed_back():
-    findings, new = _rewrite(GEMMA_LIKE)
-    assert [(f.status, f.guard_text) for f in findings] == [("guarded", "self.softcapping is not None")]
-    kernel = " ".join(new.split("scaled_dot_product_attention(", 1)[1].split())
-    assert kernel.startswith("q, k.transpose(2, 3).transpose(-2, -1), v, attn_mask=mask, scale=1.0")
-    assert _rewrite(new)[1] == new
+def _near_miss(source: str) -> str:
+    findings, new = _rewrite(source)
+    assert new == source
+    assert [f.status for f in findings] == ["near-miss"]
+    return findings[0].reason
 
 
-@pytest.mark.parametrize("cached", [False, True])
-@pytest.mark.parametrize("window", [None, 2])
-def test_gemma2_rewrite_agrees_in_float64(cached, window):
-    _, new = _rewrite(GEMMA_LIKE)
-    original, rewritten = _namespace(GEMMA_LIKE), _namespace(new)
-    for softcapping in (None, 5.0):
-        torch.manual_seed(0)
-        a = original["GemmaLike"](
-            kv_cache=original["Cache"]() if cached else None,
-            k_norm=torch.nn.Identity(),
-            softcapping=softcapping,
-            sliding_window_size=window,
-        ).double()
-        b = rewritten["GemmaLike"](
-            kv_cache=rewritten["Cache"]() if cached else None,
-            k_norm=torch.nn.Identity(),
-            softcapping=softcapping,
-            sliding_window_size=window,
-        ).double()
-        b.load_state_dict(a.state_dict())
-        x, y = torch.randn(2, 5, 16, dtype=torch.float64), torch.randn(2, 3, 16, dtype=torch.float64)
-        keys = 6 if cached else 3
-        bool_mask = torch.rand(2, 5, keys) > 0.4
-        bool_mask[0, 1] = False  # a fully masked row: uniform over the keys in both
-        for mode in (False, True):
-            a.train(mode)
-            b.train(mode)
-            for mask in (None, bool_mask):
-                # the code's softmax runs in float32 (`.float()`), the kernel's in float64
-                torch.testing.assert_close(b(x, y, mask), a(x, y, mask), rtol=1e-5, atol=1e-6)
+def test_gemma2_attention_with_a_key_of_unproven_rank_is_a_near_miss():
+    # the key passes through a cache's update and a norm layer passed in: no rank is proven, and
+    # transpose(2, 3) is the swap of the last two axes only where it is 4-D
+    assert "not provably a swap of the last two dimensions" in _near_miss(GEMMA_LIKE)
 
 
-def test_a_key_of_any_rank_gives_the_code_s_own_product():
-    findings, new = _rewrite(ANY_RANK)
-    assert [f.status for f in findings] == ["rewritten"]
-    assert "k.transpose(2, 3).transpose(-2, -1)" in new
-    a, b = _namespace(ANY_RANK)["AnyRank"](), _namespace(new)["AnyRank"]()
-    q4, k4, v4 = (torch.randn(2, 3, 5, 4, dtype=torch.float64) for _ in range(3))
-    torch.testing.assert_close(b(q4, k4, v4), a(q4, k4, v4), rtol=1e-10, atol=1e-12)
-    # 5-D: transpose(2, 3) is not the last two axes, and the rewrite computes what the code does
-    q5 = torch.randn(2, 3, 6, 5, 4, dtype=torch.float64)
-    k5 = torch.randn(2, 3, 4, 6, 7, dtype=torch.float64)  # k.transpose(2, 3): (2, 3, 6, 4, 7)
-    v5 = torch.randn(2, 3, 6, 7, 3, dtype=torch.float64)
-    torch.testing.assert_close(b(q5, k5, v5), a(q5, k5, v5), rtol=1e-10, atol=1e-12)
-    with pytest.raises(IndexError):  # 3-D: both raise
-        a(q4[0], k4[0], v4[0])
-    with pytest.raises(IndexError):
-        b(q4[0], k4[0], v4[0])
+def test_a_key_of_any_rank_is_a_near_miss():
+    assert "not provably a swap of the last two dimensions" in _near_miss(ANY_RANK)
 
 
 def test_a_key_of_proven_rank_four_keeps_the_plain_spelling():
@@ -182,7 +137,7 @@ def test_a_key_of_proven_rank_four_keeps_the_plain_spelling():
     assert ".transpose(-2, -1)" not in new.split("scaled_dot_product_attention", 1)[1]
 
 
-def test_a_join_of_keys_of_different_ranks_proves_no_rank_and_the_product_stays_exact():
+def test_a_join_of_keys_of_different_ranks_proves_no_rank():
     source = ANY_RANK.replace(
         "def forward(self, q, k, v):",
         "def forward(self, q, x, v, wide=False):\n"
@@ -191,15 +146,7 @@ def test_a_join_of_keys_of_different_ranks_proves_no_rank_and_the_product_stays_
         "        else:\n"
         "            k = x.view(x.shape[0], x.shape[1], x.shape[2], -1)",
     )
-    findings, new = _rewrite(source)
-    assert [f.status for f in findings] == ["rewritten"]
-    assert "k.transpose(2, 3).transpose(-2, -1)" in new
-    a, b = _namespace(source)["AnyRank"](), _namespace(new)["AnyRank"]()
-    q, x, v = (torch.randn(2, 3, 4, 4, dtype=torch.float64) for _ in range(3))
-    torch.testing.assert_close(b(q, x, v), a(q, x, v), rtol=1e-10, atol=1e-12)
-    q5 = torch.randn(2, 3, 2, 5, 4, dtype=torch.float64)  # k 5-D: (2, 3, 4, 2, 2), transposed (2, 3, 2, 4, 2)
-    v5 = torch.randn(2, 3, 2, 2, 3, dtype=torch.float64)
-    torch.testing.assert_close(b(q5, x, v5, True), a(q5, x, v5, True), rtol=1e-10, atol=1e-12)
+    assert "not provably a swap of the last two dimensions" in _near_miss(source)
 
 
 def test_a_key_of_proven_rank_five_stays_a_near_miss():
@@ -292,9 +239,8 @@ def test_an_unpacking_on_one_branch_only_proves_no_rank():
         "    batch, num_key_value_heads, slen, head_dim = hidden_states.shape\n    hidden_states = hidden_states[:, :, None",
     )
     assert source != LLAMA_LIKE
-    findings, new = _rewrite(source)
-    assert [f.status for f in findings] == ["rewritten"]
-    assert "k.transpose(2, 3).transpose(-2, -1)" in new  # the n_rep == 1 path returns the key unproven
+    # the n_rep == 1 path returns the key unproven
+    assert "not provably a swap of the last two dimensions" in _near_miss(source)
 
 
 def test_a_key_unpacked_into_five_names_stays_a_near_miss():
@@ -319,9 +265,7 @@ def test_an_unpacking_whose_error_may_be_caught_proves_no_rank(wrap):
     source = ANY_RANK.replace("import torch\n", "import contextlib\n\nimport torch\n").replace(
         "def forward(self, q, k, v):", "def forward(self, q, k, v):\n        " + wrap
     )
-    findings, new = _rewrite(source)
-    assert [f.status for f in findings] == ["rewritten"]
-    assert "k.transpose(2, 3).transpose(-2, -1)" in new
+    assert "not provably a swap of the last two dimensions" in _near_miss(source)
 
 
 def test_a_cache_s_outputs_unpacked_into_four_names_are_4d():

@@ -127,7 +127,7 @@ def build():
     q, k, v = (torch.randn(2, 2, 5, 8) for _ in range(3))
     return Attn(), (q, k, v, torch.randn(2, 1, 5, 5))
 """),
-    ("transpose(2, 3) of a key of unknown rank: the kernel gets it transposed back", "sdpa-attention", """
+    ("transpose(2, 3) of a key of unknown rank: near-miss", "sdpa-attention", """
 class Attn(nn.Module):
     def forward(self, query, key, value):
         weights = torch.matmul(query, key.transpose(2, 3))
@@ -135,7 +135,7 @@ class Attn(nn.Module):
 
 def build():
     return Attn(), tuple(torch.randn(1, 2, 3, 4) for _ in range(3))
-"""),
+""", False),
     ("probabilities returned only when asked: guarded", "sdpa-attention", """
 class Attn(nn.Module):
     def forward(self, q, k, v, output_attentions=False):
