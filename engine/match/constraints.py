@@ -9,7 +9,7 @@ import re
 from collections.abc import Callable
 
 from engine.analysis.numbers import function_attribute_cache, function_attribute_value, tree_of
-from engine.dsl.ir import Const, Operand, Pos, Seq, Sym, Var
+from engine.dsl.ir import Const, Node, Operand, Pos, Seq, Sym, Var
 from engine.match.matcher import Match, MethodIndex, numeric, render
 from engine.match.polynomial import PolynomialReader
 
@@ -551,8 +551,9 @@ def _fused_where_params_live(match: Match, ix: MethodIndex) -> str | None:
     """`fused=` is keyed on the devices the optimizer's parameters live on (all on the CPU or CUDA,
     the devices with a fused kernel), not on whether CUDA exists somewhere. The parameters must be
     readable twice without being consumed: `<module>.parameters()` (called again), or a list built in
-    the function (a list literal or comprehension, of parameters or of groups whose `params` are
-    such lists). Binds `$fused` to that test."""
+    the function (a list literal or comprehension, or one filled by `append`/`insert`, of parameters
+    or of groups whose `params` are such lists or were already iterated here). Binds `$fused` to
+    that test."""
     node = match.root
     params = node.inputs[0] if node.inputs else node.kwarg("params")
     producer = ix.defs.get(params.name) if isinstance(params, Var) else None
@@ -571,25 +572,97 @@ def _fused_where_params_live(match: Match, ix: MethodIndex) -> str | None:
         match.bindings["fused"] = Sym(f"all(p.device.type in {_FUSED_DEVICES} for p in {owner_text}.parameters())")
         return None
 
-    def is_list(value) -> bool:
-        definition = ix.defs.get(value.name) if isinstance(value, Var) else None
-        return definition is not None and (definition.op == "listcomp"
-                                           or definition.op == "assign" and isinstance(definition.inputs[0], Seq)
-                                           and definition.inputs[0].kind == "list")
-
-    if not is_list(params):
-        return "the parameters are not a list built in this function: reading their devices could consume them"
-    items = producer.inputs[0].items if producer.op == "assign" else ()
-    for item in items:
-        group = ix.defs.get(item.name) if isinstance(item, Var) else None
-        if group is not None and group.op == "dict" and not all(is_list(i) for i in group.inputs if isinstance(i, Var)
-                                                                 and ix.defs.get(i.name) is not None
-                                                                 and ix.defs[i.name].op != "assign"):
-            return "a parameter group's `params` is not a list built in this function"
+    why = _unreadable_groups(params, ix)
+    if why is not None:
+        return why
     name = params.name.partition(".")[0]
     match.bindings["fused"] = Sym(f"all(p.device.type in {_FUSED_DEVICES} for g in {name} "
                                   f"for p in (g['params'] if isinstance(g, dict) else [g]))")
     return None
+
+
+_READS_THROUGH = ("set", "list", "tuple", "sorted", "iter")  # calls that iterate their argument at once
+
+
+def _built_list(value: Operand, ix: MethodIndex) -> Node | None:
+    """The node that builds the list `value` names in this function (a list literal, comprehension
+    or `list(...)` call, through plain renamings), else None. A list is read again unchanged."""
+    definition = ix.defs.get(value.name) if isinstance(value, Var) else None
+    while definition is not None and definition.op == "assign" and isinstance(definition.inputs[0], Var):
+        definition = ix.defs.get(definition.inputs[0].name)
+    if definition is None:
+        return None
+    if definition.op in ("listcomp", "list") or definition.op == "assign" and (
+            isinstance(definition.inputs[0], Seq) and definition.inputs[0].kind == "list"
+            or isinstance(definition.inputs[0], Sym) and definition.inputs[0].text == "[]"):
+        return definition
+    return None
+
+
+def _unreadable_groups(params: Operand, ix: MethodIndex) -> str | None:
+    """Why the optimizer's parameters cannot be read again, or None: they must be a list built in
+    this function whose items can all be read again: a dict literal whose `params` are such a list, a group whose
+    `params` this function already iterated (a one-shot iterator there is spent before the
+    optimizer reads it, so reading it once more changes nothing), or a tensor. The list must be
+    filled only by `append`/`insert` and read only by optimizers."""
+    built = _built_list(params, ix)
+    if built is None:
+        return "the parameters are not a list built in this function: reading their devices could consume them"
+    items: list[Operand] = list(built.inputs[0].items) if isinstance(built.inputs[0], Seq) else []
+    names = {built.outputs[0]}
+    for name in list(names):
+        for use in ix.uses.get(name, ()):
+            if use.op == "assign" and use.outputs:
+                names.add(use.outputs[0])
+    for name in names:
+        for use in ix.uses.get(name, ()):
+            if use.op in (".append", ".insert") and use.inputs[0] == Var(name):
+                items.append(use.inputs[-1])
+            elif not (use.op == "assign" or use.op.startswith("torch.optim.")):
+                return f"the parameter groups are passed to `{use.op}`, which may change them"
+    for item in items:
+        if not isinstance(item, Var):
+            continue  # a tensor named in the source (`self.weight`)
+        group = ix.defs.get(item.name)
+        if group is None:
+            return f"the parameter group `{item.name}` is passed in: reading its `params` could consume them"
+        if group.op == "iter" and isinstance(group.inputs[0], Var) \
+                and getattr(ix.defs.get(group.inputs[0].name), "op", None) == ".parameters":
+            continue  # a parameter of a module
+        if group.op == "dict":
+            if _built_list(_group_params(group), ix) is None:
+                return "a parameter group's `params` is not a list built in this function"
+        elif not _params_read_before(item.name, group, ix):
+            return f"the parameter group `{item.name}` is built elsewhere: reading its `params` could consume them"
+    return None
+
+
+def _group_params(group: Node) -> Operand | None:
+    """The operand a dict literal (`{"params": decay, ...}`, `dict(params=decay)`) holds under
+    `params`, where it names one."""
+    if group.kwarg("params") is not None:
+        return group.kwarg("params")
+    text = group.kwarg("text")
+    try:
+        literal = ast.parse(text.text, mode="eval").body if isinstance(text, Sym) else None
+    except SyntaxError:
+        return None
+    if not isinstance(literal, ast.Dict):
+        return None
+    value = next((v for k, v in zip(literal.keys, literal.values, strict=True)
+                  if isinstance(k, ast.Constant) and k.value == "params"), None)
+    if not isinstance(value, ast.Name):
+        return None
+    return next((i for i in group.inputs if isinstance(i, Var) and i.name.partition(".")[0] == value.id), None)
+
+
+def _params_read_before(name: str, group: Node, ix: MethodIndex) -> bool:
+    """Whether this function iterates `name["params"]` whenever it builds `name` (`set(group["params"])`)."""
+    for use in ix.uses.get(name, ()):
+        if use.op == "getitem" and use.inputs[1:] == (Const("params"),) and use.guard == group.guard:
+            if any(read.op in _READS_THROUGH and read.guard == group.guard for read in ix.uses.get(use.outputs[0], ())):
+                return True
+    return False
 
 
 CHECKS["fused_where_params_live"] = _fused_where_params_live
