@@ -552,8 +552,9 @@ def _fused_where_params_live(match: Match, ix: MethodIndex) -> str | None:
     the devices with a fused kernel), not on whether CUDA exists somewhere. The parameters must be
     readable twice without being consumed: `<module>.parameters()` (called again), or a list built in
     the function (a list literal or comprehension, or one filled by `append`/`insert`, of parameters
-    or of groups whose `params` are such lists or were already iterated here). Binds `$fused` to
-    that test."""
+    or of groups whose `params` are such lists or were already iterated here), or parameters passed
+    in that nothing else in the function reads, materialized once as the optimizer's argument
+    (`$materialized`: `model_params := list(model_params)`). Binds `$fused` to that test."""
     node = match.root
     params = node.inputs[0] if node.inputs else node.kwarg("params")
     producer = ix.defs.get(params.name) if isinstance(params, Var) else None
@@ -565,7 +566,7 @@ def _fused_where_params_live(match: Match, ix: MethodIndex) -> str | None:
         match.bindings["fused"] = Sym(f"all(p.device.type in {_FUSED_DEVICES} for p in {source})")
         return None
     if producer is None:
-        return "where the parameters live is not known here (they are not built in this function)"
+        return _materialized_once(params, match, ix)
     if producer.op == ".parameters" and producer.inputs and isinstance(producer.inputs[0], (Var, Sym)):
         owner = producer.inputs[0]
         owner_text = owner.text if isinstance(owner, Sym) else owner.name.partition(".")[0]
@@ -579,6 +580,34 @@ def _fused_where_params_live(match: Match, ix: MethodIndex) -> str | None:
     match.bindings["fused"] = Sym(f"all(p.device.type in {_FUSED_DEVICES} for g in {name} "
                                   f"for p in (g['params'] if isinstance(g, dict) else [g]))")
     return None
+
+
+def _materialized_once(params: Operand, match: Match, ix: MethodIndex) -> str | None:
+    """Parameters passed in (`def get_std_opt(model_params, ...)`, maybe a one-shot generator) and
+    read by nothing but the optimizer: materialized once as the optimizer's first argument
+    (`model_params := list(model_params)`, as the optimizer's own `list(params)` does), both the
+    optimizer and the device test read that list. Groups (dicts) are not looked into, which could
+    consume their `params`: any makes the test False. Binds `$materialized` and `$fused`."""
+    node = match.root
+    name = params.name if isinstance(params, Var) and node.inputs and node.inputs[0] is params else None
+    if name is None or name not in {p.name for p in match.method.params if p.kind == "normal"}:
+        return "where the parameters live is not known here (they are not built in this function)"
+    if node.via or _mentions(match, name) != 1:
+        return f"`{name}` is read elsewhere in the function: it cannot be materialized for the optimizer alone"
+    match.bindings["materialized"] = Sym(f"{name} := list({name})")
+    match.bindings["fused"] = Sym(f"all(not isinstance(p, dict) and p.device.type in {_FUSED_DEVICES} for p in {name})")
+    return None
+
+
+def _mentions(match: Match, name: str) -> int | None:
+    """How often the source of the matched function names `name` (nested functions, lambdas and
+    comprehensions included), besides its parameter; None where the source is not known."""
+    tree, pos = tree_of(match.file.path), match.method.pos
+    fn = next((n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+               and n.lineno == pos.line and n.col_offset == pos.col), None) if tree is not None and pos else None
+    if fn is None:
+        return None
+    return sum(isinstance(n, ast.Name) and n.id == name for n in ast.walk(fn))
 
 
 _READS_THROUGH = ("set", "list", "tuple", "sorted", "iter")  # calls that iterate their argument at once

@@ -106,18 +106,24 @@ def test_groups_grown_in_the_function_step_the_same(kind: str, helper_params: st
         torch.testing.assert_close(b, a, rtol=1e-12, atol=1e-14)
 
 
-@pytest.mark.parametrize(("line", "replacement"), [
-    # the helper's `params` is not iterated first: a generator there would be spent by the device read
-    ('params = set(group["params"])', "params = set()"),
-    # ... or only on some paths
-    ('params = set(group["params"])', 'params = set(group["params"]) if kind else set()'),
-    # the list of groups goes to a function that may add anything
-    ("parameters = groups", "parameters = groups\nregister(groups)"),
-    # a group passed in
-    ('groups.insert(0, {"params": other_params})', "groups.insert(0, kind)"),
-    # a group whose params are a generator built here
-    ('groups.insert(0, {"params": other_params})', 'groups.insert(0, {"params": (p for p in other_params)})'),
-])
+@pytest.mark.parametrize(
+    ("line", "replacement"),
+    [
+        # the helper's `params` is not iterated first: a generator there would be spent by the device read
+        ('params = set(group["params"])', "params = set()"),
+        # ... or only on some paths
+        ('params = set(group["params"])', 'params = set(group["params"]) if kind else set()'),
+        # the list of groups goes to a function that may add anything
+        ("parameters = groups", "parameters = groups\nregister(groups)"),
+        # a group passed in
+        ('groups.insert(0, {"params": other_params})', "groups.insert(0, kind)"),
+        # a group whose params are a generator built here
+        (
+            'groups.insert(0, {"params": other_params})',
+            'groups.insert(0, {"params": (p for p in other_params)})',
+        ),
+    ],
+)
 def test_groups_that_reading_could_consume_are_not_rewritten(line: str, replacement: str):
     code = GROUPS.replace("PARAMS", "self.parameters()")
     old = next(text for text in code.splitlines(keepends=True) if text.strip() == line)
@@ -170,14 +176,91 @@ def test_an_optimizer_built_in_a_module_init_steps_the_same():
     assert 'fused=all(p.device.type in ("cpu", "cuda") for p in self.parameters())' in new
     a, b = _train(_load(code)["Model"]), _train(_load(new)["Model"])
     assert b.optimizer.param_groups[0]["fused"] is True
-    assert len(b.optimizer.param_groups[0]["params"]) == len(a.optimizer.param_groups[0]["params"]) == 5  # the frozen weight left out
+    assert (
+        len(b.optimizer.param_groups[0]["params"]) == len(a.optimizer.param_groups[0]["params"]) == 5
+    )  # the frozen weight left out
     for x, y in zip(a.parameters(), b.parameters(), strict=True):
         torch.testing.assert_close(y, x, rtol=1e-12, atol=1e-14)
     assert torch.equal(b.norm.weight, torch.ones(4, dtype=torch.float64))
 
 
-def test_an_init_optimizer_over_parameters_passed_in_is_not_rewritten():
-    code = AGENT.replace("def __init__(self, lr)", "def __init__(self, lr, params=())").replace("PARAMS", "params")
+def test_an_init_optimizer_over_parameters_passed_in_and_kept_is_not_rewritten():
+    code = AGENT.replace("def __init__(self, lr)", "def __init__(self, lr, params=())").replace(
+        "PARAMS", "params"
+    )
+    code = code.replace("        self.double()\n", "        self.double()\n        self.given = params\n")
+    assert "self.given = params" in code
     findings, new = _rewrite(code)
     assert [f.status for f in findings] == ["near-miss"], findings
+    assert new == code
+
+
+STD_OPT = textwrap.dedent("""
+    import torch
+
+
+    def get_std_opt(model_params, lr):
+        base = torch.optim.Adam(model_params, lr=lr, betas=(0.9, 0.98), eps=1e-9)
+        return base
+""")
+
+
+def _std_steps(get_std_opt, params_of, steps: int = 4):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 1)).double()
+    opt = get_std_opt(params_of(model), 1e-2)
+    torch.manual_seed(1)
+    for _ in range(steps):
+        opt.zero_grad()
+        model(torch.randn(5, 3, dtype=torch.float64)).pow(2).mean().backward()
+        opt.step()
+    return model, opt
+
+
+@pytest.mark.parametrize(
+    ("given", "fused"),
+    [
+        (lambda m: m.parameters(), True),  # a one-shot generator: read once, by list()
+        (lambda m: list(m.parameters()), True),
+        (lambda m: [{"params": (p for p in m[0].parameters())}, {"params": m[1].parameters()}], False),
+    ],
+)
+def test_parameters_passed_in_are_materialized_once(given, fused: bool):
+    findings, new = _rewrite(STD_OPT)
+    assert [f.status for f in findings] == ["rewritten"], findings
+    assert "model_params := list(model_params)" in new
+    model_a, opt_a = _std_steps(_load(STD_OPT)["get_std_opt"], given)
+    model_b, opt_b = _std_steps(_load(new)["get_std_opt"], given)
+    assert all(g["fused"] is fused for g in opt_b.param_groups)  # groups are not looked into
+    assert [len(g["params"]) for g in opt_b.param_groups] == [len(g["params"]) for g in opt_a.param_groups]
+    assert sum(len(g["params"]) for g in opt_b.param_groups) == 4
+    for a, b in zip(model_a.parameters(), model_b.parameters(), strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize(
+    ("line", "replacement"),
+    [
+        # read again after the optimizer: it would see the list instead of the spent generator
+        ("return base", "return base, list(model_params)"),
+        # read before (an iterator used twice)
+        (
+            "base = torch.optim.Adam(model_params, lr=lr, betas=(0.9, 0.98), eps=1e-9)",
+            "first = next(iter(model_params))\nbase = torch.optim.Adam(model_params, lr=lr, betas=(0.9, 0.98), eps=1e-9)",
+        ),
+        # captured by a closure
+        ("return base", "base.later = lambda: model_params\nreturn base"),
+        # assigned again before the optimizer (another value than the one passed in)
+        (
+            "base = torch.optim.Adam(model_params, lr=lr, betas=(0.9, 0.98), eps=1e-9)",
+            "model_params = filter(None, model_params)\nbase = torch.optim.Adam(model_params, lr=lr)",
+        ),
+    ],
+)
+def test_parameters_passed_in_and_read_elsewhere_are_not_rewritten(line: str, replacement: str):
+    old = next(text for text in STD_OPT.splitlines(keepends=True) if text.strip() == line)
+    indent = old[: len(old) - len(old.lstrip())]
+    code = STD_OPT.replace(old, "".join(f"{indent}{part}\n" for part in replacement.split("\n")))
+    findings, new = _rewrite(code)
+    assert findings and all(f.status == "near-miss" for f in findings), findings
     assert new == code
