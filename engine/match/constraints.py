@@ -592,22 +592,33 @@ def _materialized_once(params: Operand, match: Match, ix: MethodIndex) -> str | 
     name = params.name if isinstance(params, Var) and node.inputs and node.inputs[0] is params else None
     if name is None or name not in {p.name for p in match.method.params if p.kind == "normal"}:
         return "where the parameters live is not known here (they are not built in this function)"
-    if node.via or _mentions(match, name) != 1:
+    if node.via or not _named_once(match, name):
         return f"`{name}` is read elsewhere in the function: it cannot be materialized for the optimizer alone"
     match.bindings["materialized"] = Sym(f"{name} := list({name})")
     match.bindings["fused"] = Sym(f"all(not isinstance(p, dict) and p.device.type in {_FUSED_DEVICES} for p in {name})")
     return None
 
 
-def _mentions(match: Match, name: str) -> int | None:
-    """How often the source of the matched function names `name` (nested functions, lambdas and
-    comprehensions included), besides its parameter; None where the source is not known."""
+def _named_once(match: Match, name: str) -> bool:
+    """Whether the source of the matched function names `name` once (besides its parameter), and
+    not in a loop, comprehension, lambda or nested function, which could run the optimizer's call
+    more than once; False where the source is not known."""
     tree, pos = tree_of(match.file.path), match.method.pos
     fn = next((n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
                and n.lineno == pos.line and n.col_offset == pos.col), None) if tree is not None and pos else None
     if fn is None:
-        return None
-    return sum(isinstance(n, ast.Name) and n.id == name for n in ast.walk(fn))
+        return False
+    repeats = (ast.For, ast.AsyncFor, ast.While, ast.comprehension, ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef)
+    found: list[bool] = []  # per mention: whether it is inside something that repeats it
+
+    def walk(node: ast.AST, repeated: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.Name) and child.id == name:
+                found.append(repeated)
+            walk(child, repeated or isinstance(child, repeats))
+
+    walk(fn, False)
+    return found == [False]
 
 
 _READS_THROUGH = ("set", "list", "tuple", "sorted", "iter")  # calls that iterate their argument at once
@@ -630,10 +641,10 @@ def _built_list(value: Operand, ix: MethodIndex) -> Node | None:
 
 def _unreadable_groups(params: Operand, ix: MethodIndex) -> str | None:
     """Why the optimizer's parameters cannot be read again, or None: they must be a list built in
-    this function whose items can all be read again: a dict literal whose `params` are such a list, a group whose
-    `params` this function already iterated (a one-shot iterator there is spent before the
-    optimizer reads it, so reading it once more changes nothing), or a tensor. The list must be
-    filled only by `append`/`insert` and read only by optimizers."""
+    this function whose items can all be read again: a dict literal whose `params` are such a list,
+    a group whose `params` this function already iterated (a one-shot iterator there is spent
+    before the optimizer reads it, so reading it once more changes nothing), or a tensor. The list
+    must be filled only by `append`/`insert` and read only by optimizers."""
     built = _built_list(params, ix)
     if built is None:
         return "the parameters are not a list built in this function: reading their devices could consume them"

@@ -250,6 +250,11 @@ def test_parameters_passed_in_are_materialized_once(given, fused: bool):
         ),
         # captured by a closure
         ("return base", "base.later = lambda: model_params\nreturn base"),
+        # the call runs once per iteration (a generator: the second optimizer gets nothing)
+        (
+            "base = torch.optim.Adam(model_params, lr=lr, betas=(0.9, 0.98), eps=1e-9)",
+            "for _ in range(2):\n    base = torch.optim.Adam(model_params, lr=lr)",
+        ),
         # assigned again before the optimizer (another value than the one passed in)
         (
             "base = torch.optim.Adam(model_params, lr=lr, betas=(0.9, 0.98), eps=1e-9)",
