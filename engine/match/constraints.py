@@ -567,13 +567,16 @@ def _fused_where_params_live(match: Match, ix: MethodIndex) -> str | None:
         return None
     if producer is None:
         return _materialized_once(params, match, ix)
+    if producer.op == "list":  # `list(...)` of whatever was given (the materialized form below)
+        match.bindings["fused"] = Sym(_items_on_fused_devices(params.name.partition(".")[0]))
+        return None
     if producer.op == ".parameters" and producer.inputs and isinstance(producer.inputs[0], (Var, Sym)):
         owner = producer.inputs[0]
         owner_text = owner.text if isinstance(owner, Sym) else owner.name.partition(".")[0]
         match.bindings["fused"] = Sym(f"all(p.device.type in {_FUSED_DEVICES} for p in {owner_text}.parameters())")
         return None
 
-    why = _unreadable_groups(params, ix)
+    why = _unreadable_groups(params, node, ix)
     if why is not None:
         return why
     name = params.name.partition(".")[0]
@@ -595,8 +598,14 @@ def _materialized_once(params: Operand, match: Match, ix: MethodIndex) -> str | 
     if node.via or not _named_once(match, name):
         return f"`{name}` is read elsewhere in the function: it cannot be materialized for the optimizer alone"
     match.bindings["materialized"] = Sym(f"{name} := list({name})")
-    match.bindings["fused"] = Sym(f"all(not isinstance(p, dict) and p.device.type in {_FUSED_DEVICES} for p in {name})")
+    match.bindings["fused"] = Sym(_items_on_fused_devices(name))
     return None
+
+
+def _items_on_fused_devices(name: str) -> str:
+    """The device test over a list whose items may be groups made elsewhere: a group (a dict) is not
+    looked into (reading its `params` could consume them) and makes the test False."""
+    return f"all(not isinstance(p, dict) and p.device.type in {_FUSED_DEVICES} for p in {name})"
 
 
 def _named_once(match: Match, name: str) -> bool:
@@ -639,12 +648,13 @@ def _built_list(value: Operand, ix: MethodIndex) -> Node | None:
     return None
 
 
-def _unreadable_groups(params: Operand, ix: MethodIndex) -> str | None:
+def _unreadable_groups(params: Operand, root: Node, ix: MethodIndex) -> str | None:
     """Why the optimizer's parameters cannot be read again, or None: they must be a list built in
     this function whose items can all be read again: a dict literal whose `params` are such a list,
     a group whose `params` this function already iterated (a one-shot iterator there is spent
     before the optimizer reads it, so reading it once more changes nothing), or a tensor. The list
-    must be filled only by `append`/`insert` and read only by optimizers."""
+    must be filled only by `append`/`insert` and read only by optimizers (and by the device test
+    of the call's own `fused=`, where it has one: this constraint's rewrite)."""
     built = _built_list(params, ix)
     if built is None:
         return "the parameters are not a list built in this function: reading their devices could consume them"
@@ -658,7 +668,7 @@ def _unreadable_groups(params: Operand, ix: MethodIndex) -> str | None:
         for use in ix.uses.get(name, ()):
             if use.op in (".append", ".insert") and use.inputs[0] == Var(name):
                 items.append(use.inputs[-1])
-            elif not (use.op == "assign" or use.op.startswith("torch.optim.")):
+            elif not (use.op == "assign" or use.op.startswith("torch.optim.") or _feeds_fused(use, root, ix)):
                 return f"the parameter groups are passed to `{use.op}`, which may change them"
     for item in items:
         if not isinstance(item, Var):
@@ -675,6 +685,21 @@ def _unreadable_groups(params: Operand, ix: MethodIndex) -> str | None:
         elif not _params_read_before(item.name, group, ix):
             return f"the parameter group `{item.name}` is built elsewhere: reading its `params` could consume them"
     return None
+
+
+def _feeds_fused(node: Node, root: Node, ix: MethodIndex) -> bool:
+    """Whether `node` only computes the value `root` passes as `fused=` (through single readers)."""
+    fused = root.kwarg("fused")
+    for _ in range(3):
+        if fused is None or not node.outputs:
+            return False
+        if fused == Var(node.outputs[0]):
+            return True
+        readers = ix.uses.get(node.outputs[0], [])
+        if len(readers) != 1:
+            return False
+        node = readers[0]
+    return False
 
 
 def _group_params(group: Node) -> Operand | None:

@@ -269,3 +269,25 @@ def test_parameters_passed_in_and_read_elsewhere_are_not_rewritten(line: str, re
     findings, new = _rewrite(code)
     assert findings and all(f.status == "near-miss" for f in findings), findings
     assert new == code
+
+
+def test_a_list_made_of_parameters_passed_in_does_not_look_into_groups():
+    """`list(...)` of what was given: the items are read, a group among them makes the test False
+    (its `params`, maybe a generator, are not read)."""
+    code = STD_OPT.replace(
+        "    base = torch.optim.Adam(model_params,",
+        "    params = list(model_params)\n    base = torch.optim.Adam(params,",
+    )
+    findings, new = _rewrite(code)
+    assert [f.status for f in findings] == ["rewritten"], findings
+    assert "isinstance(p, dict)" in new and "g['params']" not in new
+    given = lambda m: [{"params": (p for p in m[0].parameters())}, {"params": m[1].parameters()}]  # noqa: E731
+    model_a, opt_a = _std_steps(_load(code)["get_std_opt"], given)
+    model_b, opt_b = _std_steps(_load(new)["get_std_opt"], given)
+    assert (
+        [len(g["params"]) for g in opt_b.param_groups]
+        == [len(g["params"]) for g in opt_a.param_groups]
+        == [2, 2]
+    )
+    for a, b in zip(model_a.parameters(), model_b.parameters(), strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-12, atol=1e-14)
