@@ -630,7 +630,7 @@ def _named_once(match: Match, name: str) -> bool:
     return found == [False]
 
 
-_READS_THROUGH = ("set", "list", "tuple", "sorted", "iter")  # calls that iterate their argument at once
+_READS_THROUGH = ("set", "list", "tuple", "sorted")  # calls that iterate their argument to its end
 
 
 def _built_list(value: Operand, ix: MethodIndex) -> Node | None:
@@ -722,8 +722,12 @@ def _group_params(group: Node) -> Operand | None:
 
 
 def _params_read_before(name: str, group: Node, ix: MethodIndex) -> bool:
-    """Whether this function iterates `name["params"]` whenever it builds `name` (`set(group["params"])`)."""
-    for use in ix.uses.get(name, ()):
+    """Whether this function iterates `name["params"]` to its end whenever it builds `name`
+    (`set(group["params"])`), and does nothing else with `name` but read it and add it to a list."""
+    uses = ix.uses.get(name, ())
+    if any(use.op not in ("getitem", ".append", ".insert") for use in uses):
+        return False
+    for use in uses:
         if use.op == "getitem" and use.inputs[1:] == (Const("params"),) and use.guard == group.guard:
             if any(read.op in _READS_THROUGH and read.guard == group.guard for read in ix.uses.get(use.outputs[0], ())):
                 return True

@@ -113,6 +113,10 @@ def test_groups_grown_in_the_function_step_the_same(kind: str, helper_params: st
         ('params = set(group["params"])', "params = set()"),
         # ... or only on some paths
         ('params = set(group["params"])', 'params = set(group["params"]) if kind else set()'),
+        # a loop over them may stop early: the device read would take what the optimizer gets
+        ('params = set(group["params"])', 'params = set()\nfor p in group["params"]:\n    break'),
+        # the group goes elsewhere too, which may change its params
+        ("groups.append(group)", "groups.append(group)\nregister(group)"),
         # the list of groups goes to a function that may add anything
         ("parameters = groups", "parameters = groups\nregister(groups)"),
         # a group passed in
