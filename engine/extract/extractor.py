@@ -482,7 +482,7 @@ class _FileExtractor:
             table.setdefault(layer.attr, []).append(layer)
         methods: list[Method] = []
         for method_name, fn in info.methods.items():
-            if method_name == "__init__" or _is_static_helper(fn):
+            if method_name == "__init__" and not _builds_optimizer(self.init_layers(fn)) or _is_static_helper(fn):
                 continue
             methods.append(_MethodExtractor(self, chain, table, fn).run())
         return ClassModel(name, info.bases, tuple(layers), tuple(methods), self.src.pos(info.node))
@@ -493,6 +493,12 @@ def _called_self_attrs(node: ast.ClassDef, src: Source) -> set[str]:
     start = src.offsets()[node.lineno - 1]
     end = src.offsets()[min(node.end_lineno or node.lineno, len(src.lines))]
     return {f"self.{m}" for m in re.findall(r"self\.(\w+)\s*\(", src.text[start:end])}
+
+
+def _builds_optimizer(layers: tuple[LayerDef, ...]) -> bool:
+    """Whether an `__init__` stores an optimizer (`self.optimizer = optim.Adam(self.parameters())`):
+    not a layer but a call the rules rewrite, so the `__init__` is extracted as a method too."""
+    return any(layer.type.startswith("torch.optim.") for layer in layers)
 
 
 def _is_static_helper(fn: ast.FunctionDef) -> bool:

@@ -14,7 +14,7 @@ from engine.analysis.numbers import (
     function_attribute_value,
     tree_of,
 )
-from engine.dsl.ir import Const, Operand, Pos, Seq, Sym, Var
+from engine.dsl.ir import Const, Node, Operand, Pos, Seq, Sym, Var
 from engine.match.matcher import Match, MethodIndex, numeric, render
 from engine.match.polynomial import PolynomialReader
 
@@ -590,8 +590,10 @@ def _fused_where_params_live(match: Match, ix: MethodIndex) -> str | None:
     """`fused=` is keyed on the devices the optimizer's parameters live on (all on the CPU or CUDA,
     the devices with a fused kernel), not on whether CUDA exists somewhere. The parameters must be
     readable twice without being consumed: `<module>.parameters()` (called again), or a list built in
-    the function (a list literal or comprehension, of parameters or of groups whose `params` are
-    such lists). Binds `$fused` to that test."""
+    the function (a list literal or comprehension, or one filled by `append`/`insert`, of parameters
+    or of groups whose `params` are such lists or were already iterated here), or parameters passed
+    in that nothing else in the function reads, materialized once as the optimizer's argument
+    (`$materialized`: `model_params := list(model_params)`). Binds `$fused` to that test."""
     node = match.root
     params = node.inputs[0] if node.inputs else node.kwarg("params")
     producer = ix.defs.get(params.name) if isinstance(params, Var) else None
@@ -603,32 +605,172 @@ def _fused_where_params_live(match: Match, ix: MethodIndex) -> str | None:
         match.bindings["fused"] = Sym(f"all(p.device.type in {_FUSED_DEVICES} for p in {source})")
         return None
     if producer is None:
-        return "where the parameters live is not known here (they are not built in this function)"
+        return _materialized_once(params, match, ix)
+    if producer.op == "list":  # `list(...)` of whatever was given (the materialized form below)
+        match.bindings["fused"] = Sym(_items_on_fused_devices(params.name.partition(".")[0]))
+        return None
     if producer.op == ".parameters" and producer.inputs and isinstance(producer.inputs[0], (Var, Sym)):
         owner = producer.inputs[0]
         owner_text = owner.text if isinstance(owner, Sym) else owner.name.partition(".")[0]
         match.bindings["fused"] = Sym(f"all(p.device.type in {_FUSED_DEVICES} for p in {owner_text}.parameters())")
         return None
 
-    def is_list(value) -> bool:
-        definition = ix.defs.get(value.name) if isinstance(value, Var) else None
-        return definition is not None and (definition.op == "listcomp"
-                                           or definition.op == "assign" and isinstance(definition.inputs[0], Seq)
-                                           and definition.inputs[0].kind == "list")
-
-    if not is_list(params):
-        return "the parameters are not a list built in this function: reading their devices could consume them"
-    items = producer.inputs[0].items if producer.op == "assign" else ()
-    for item in items:
-        group = ix.defs.get(item.name) if isinstance(item, Var) else None
-        if group is not None and group.op == "dict" and not all(is_list(i) for i in group.inputs if isinstance(i, Var)
-                                                                 and ix.defs.get(i.name) is not None
-                                                                 and ix.defs[i.name].op != "assign"):
-            return "a parameter group's `params` is not a list built in this function"
+    why = _unreadable_groups(params, node, ix)
+    if why is not None:
+        return why
     name = params.name.partition(".")[0]
     match.bindings["fused"] = Sym(f"all(p.device.type in {_FUSED_DEVICES} for g in {name} "
                                   f"for p in (g['params'] if isinstance(g, dict) else [g]))")
     return None
+
+
+def _materialized_once(params: Operand, match: Match, ix: MethodIndex) -> str | None:
+    """Parameters passed in (`def get_std_opt(model_params, ...)`, maybe a one-shot generator) and
+    read by nothing but the optimizer: materialized once as the optimizer's first argument
+    (`model_params := list(model_params)`, as the optimizer's own `list(params)` does), both the
+    optimizer and the device test read that list. Groups (dicts) are not looked into, which could
+    consume their `params`: any makes the test False. Binds `$materialized` and `$fused`."""
+    node = match.root
+    name = params.name if isinstance(params, Var) and node.inputs and node.inputs[0] is params else None
+    if name is None or name not in {p.name for p in match.method.params if p.kind == "normal"}:
+        return "where the parameters live is not known here (they are not built in this function)"
+    if node.via or not _named_once(match, name):
+        return f"`{name}` is read elsewhere in the function: it cannot be materialized for the optimizer alone"
+    match.bindings["materialized"] = Sym(f"{name} := list({name})")
+    match.bindings["fused"] = Sym(_items_on_fused_devices(name))
+    return None
+
+
+def _items_on_fused_devices(name: str) -> str:
+    """The device test over a list whose items may be groups made elsewhere: a group (a dict) is not
+    looked into (reading its `params` could consume them) and makes the test False."""
+    return f"all(not isinstance(p, dict) and p.device.type in {_FUSED_DEVICES} for p in {name})"
+
+
+def _named_once(match: Match, name: str) -> bool:
+    """Whether the source of the matched function names `name` once (besides its parameter), and
+    not in a loop, comprehension, lambda or nested function, which could run the optimizer's call
+    more than once; False where the source is not known."""
+    tree, pos = tree_of(match.file.path), match.method.pos
+    fn = next((n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+               and n.lineno == pos.line and n.col_offset == pos.col), None) if tree is not None and pos else None
+    if fn is None:
+        return False
+    repeats = (ast.For, ast.AsyncFor, ast.While, ast.comprehension, ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef)
+    found: list[bool] = []  # per mention: whether it is inside something that repeats it
+
+    def walk(node: ast.AST, repeated: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.Name) and child.id == name:
+                found.append(repeated)
+            walk(child, repeated or isinstance(child, repeats))
+
+    walk(fn, False)
+    return found == [False]
+
+
+_READS_THROUGH = ("set", "list", "tuple", "sorted")  # calls that iterate their argument to its end
+
+
+def _built_list(value: Operand, ix: MethodIndex) -> Node | None:
+    """The node that builds the list `value` names in this function (a list literal, comprehension
+    or `list(...)` call, through plain renamings), else None. A list is read again unchanged."""
+    definition = ix.defs.get(value.name) if isinstance(value, Var) else None
+    while definition is not None and definition.op == "assign" and isinstance(definition.inputs[0], Var):
+        definition = ix.defs.get(definition.inputs[0].name)
+    if definition is None:
+        return None
+    if definition.op in ("listcomp", "list") or definition.op == "assign" and (
+            isinstance(definition.inputs[0], Seq) and definition.inputs[0].kind == "list"
+            or isinstance(definition.inputs[0], Sym) and definition.inputs[0].text == "[]"):
+        return definition
+    return None
+
+
+def _unreadable_groups(params: Operand, root: Node, ix: MethodIndex) -> str | None:
+    """Why the optimizer's parameters cannot be read again, or None: they must be a list built in
+    this function whose items can all be read again: a dict literal whose `params` are such a list,
+    a group whose `params` this function already iterated (a one-shot iterator there is spent
+    before the optimizer reads it, so reading it once more changes nothing), or a tensor. The list
+    must be filled only by `append`/`insert` and read only by optimizers (and by the device test
+    of the call's own `fused=`, where it has one: this constraint's rewrite)."""
+    built = _built_list(params, ix)
+    if built is None:
+        return "the parameters are not a list built in this function: reading their devices could consume them"
+    items: list[Operand] = list(built.inputs[0].items) if isinstance(built.inputs[0], Seq) else []
+    names = {built.outputs[0]}
+    for name in list(names):
+        for use in ix.uses.get(name, ()):
+            if use.op == "assign" and use.outputs:
+                names.add(use.outputs[0])
+    for name in names:
+        for use in ix.uses.get(name, ()):
+            if use.op in (".append", ".insert") and use.inputs[0] == Var(name):
+                items.append(use.inputs[-1])
+            elif not (use.op == "assign" or use.op.startswith("torch.optim.") or _feeds_fused(use, root, ix)):
+                return f"the parameter groups are passed to `{use.op}`, which may change them"
+    for item in items:
+        if not isinstance(item, Var):
+            continue  # a tensor named in the source (`self.weight`)
+        group = ix.defs.get(item.name)
+        if group is None:
+            return f"the parameter group `{item.name}` is passed in: reading its `params` could consume them"
+        if group.op == "iter" and isinstance(group.inputs[0], Var) \
+                and getattr(ix.defs.get(group.inputs[0].name), "op", None) == ".parameters":
+            continue  # a parameter of a module
+        if group.op == "dict":
+            if _built_list(_group_params(group), ix) is None:
+                return "a parameter group's `params` is not a list built in this function"
+        elif not _params_read_before(item.name, group, ix):
+            return f"the parameter group `{item.name}` is built elsewhere: reading its `params` could consume them"
+    return None
+
+
+def _feeds_fused(node: Node, root: Node, ix: MethodIndex) -> bool:
+    """Whether `node` only computes the value `root` passes as `fused=` (through single readers)."""
+    fused = root.kwarg("fused")
+    for _ in range(3):
+        if fused is None or not node.outputs:
+            return False
+        if fused == Var(node.outputs[0]):
+            return True
+        readers = ix.uses.get(node.outputs[0], [])
+        if len(readers) != 1:
+            return False
+        node = readers[0]
+    return False
+
+
+def _group_params(group: Node) -> Operand | None:
+    """The operand a dict literal (`{"params": decay, ...}`, `dict(params=decay)`) holds under
+    `params`, where it names one."""
+    if group.kwarg("params") is not None:
+        return group.kwarg("params")
+    text = group.kwarg("text")
+    try:
+        literal = ast.parse(text.text, mode="eval").body if isinstance(text, Sym) else None
+    except SyntaxError:
+        return None
+    if not isinstance(literal, ast.Dict):
+        return None
+    value = next((v for k, v in zip(literal.keys, literal.values, strict=True)
+                  if isinstance(k, ast.Constant) and k.value == "params"), None)
+    if not isinstance(value, ast.Name):
+        return None
+    return next((i for i in group.inputs if isinstance(i, Var) and i.name.partition(".")[0] == value.id), None)
+
+
+def _params_read_before(name: str, group: Node, ix: MethodIndex) -> bool:
+    """Whether this function iterates `name["params"]` to its end whenever it builds `name`
+    (`set(group["params"])`), and does nothing else with `name` but read it and add it to a list."""
+    uses = ix.uses.get(name, ())
+    if any(use.op not in ("getitem", ".append", ".insert") for use in uses):
+        return False
+    for use in uses:
+        if use.op == "getitem" and use.inputs[1:] == (Const("params"),) and use.guard == group.guard:
+            if any(read.op in _READS_THROUGH and read.guard == group.guard for read in ix.uses.get(use.outputs[0], ())):
+                return True
+    return False
 
 
 CHECKS["fused_where_params_live"] = _fused_where_params_live

@@ -1234,7 +1234,11 @@ class Synthesizer:
                 return None
             if name == "callee":
                 return self.module.code_for_node(root_expr.func)
-            return ", ".join(_arg_text(a) for a in root_expr.args)
+            args = [_arg_text(a) for a in root_expr.args]
+            first = match.bindings.get("materialized")
+            if isinstance(first, Sym) and args and root_expr.args[0].keyword is None and not root_expr.args[0].star:
+                args[0] = first.text  # the first argument replaced (parameters materialized once)
+            return ", ".join(args)
         operand = match.bindings.get(name)
         if operand is None:
             return None

@@ -5,7 +5,8 @@
 `$name` is replaced by the rendered binding. A segment `[[ a || b || c ]]` becomes the first
 alternative whose variables are all bound (an alternative without variables always is); when none
 is, the segment disappears. A `$name` outside any segment must be bound.
-Special variables: `$callee` and `$args` are the source of the root call's function and arguments.
+Special variables: `$callee` and `$args` are the source of the root call's function and arguments
+(the first positional one replaced by the text a constraint binds as `$materialized`, where it binds one).
 """
 
 from __future__ import annotations

@@ -1,0 +1,297 @@
+"""Fused AdamW over parameter groups grown in the function (demucs' `get_optimizer`: a list filled
+by `append`/`insert`, groups from a helper whose `params` the function already iterated) and over
+an optimizer a module builds in its `__init__` (ParlAI's TransresnetModel). Each rewrite is run
+against the original for several steps in float64; look-alikes whose groups could be consumed by
+reading their devices must not be rewritten."""
+
+from __future__ import annotations
+
+import textwrap
+from functools import cache
+
+import pytest
+
+from engine.scan import scan_source, select_rules
+
+torch = pytest.importorskip("torch")
+
+pytestmark = pytest.mark.torch
+
+_rules = cache(select_rules)
+
+
+def _rewrite(code: str) -> tuple[list, str]:
+    findings, new = scan_source(code, _rules("fused-adamw"), path="example.py", module="example")
+    return [f for f in findings if f.rule_id == "fused-adamw"], new
+
+
+def _load(code: str) -> dict:
+    namespace: dict = {}
+    exec(compile(code, "example.py", "exec"), namespace)  # noqa: S102 - the test's own source
+    return namespace
+
+
+GROUPS = textwrap.dedent("""
+    import torch
+
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(3, 3)
+
+        def forward(self, x):
+            return self.lin(x)
+
+        def make_optim_group(self):
+            return {"params": PARAMS, "weight_decay": 0.1}
+
+
+    def build():
+        return torch.nn.Sequential(torch.nn.Linear(3, 3), Block(), torch.nn.Linear(3, 1)).double()
+
+
+    def get_optimizer(model, kind):
+        seen_params = set()
+        other_params = []
+        groups = []
+        for n, module in model.named_modules():
+            if hasattr(module, "make_optim_group"):
+                group = module.make_optim_group()
+                params = set(group["params"])
+                assert params.isdisjoint(seen_params)
+                seen_params |= set(params)
+                groups.append(group)
+        for param in model.parameters():
+            if param not in seen_params:
+                other_params.append(param)
+        groups.insert(0, {"params": other_params})
+        parameters = groups
+        if kind == "adam":
+            return torch.optim.Adam(parameters, lr=1e-2, betas=(0.9, 0.99), weight_decay=0.01)
+        elif kind == "adamw":
+            return torch.optim.AdamW(parameters, lr=1e-2, betas=(0.9, 0.99), weight_decay=0.01)
+        raise ValueError(kind)
+""")
+
+
+def _steps(namespace: dict, kind: str, steps: int = 4):
+    model = namespace["build"]()
+    torch.manual_seed(0)
+    for p in model.parameters():
+        torch.nn.init.normal_(p)
+    opt = namespace["get_optimizer"](model, kind)
+    torch.manual_seed(1)
+    for _ in range(steps):
+        opt.zero_grad()
+        model(torch.randn(5, 3, dtype=torch.float64)).pow(2).mean().backward()
+        opt.step()
+    return model, opt
+
+
+@pytest.mark.parametrize("helper_params", ["list(self.parameters())", "self.parameters()"])
+@pytest.mark.parametrize("kind", ["adam", "adamw"])
+def test_groups_grown_in_the_function_step_the_same(kind: str, helper_params: str):
+    """A helper's group whose `params` is a one-shot generator: `set(...)` spends it before the
+    optimizer reads it, in the original and the rewrite alike."""
+    code = GROUPS.replace("PARAMS", helper_params)
+    findings, new = _rewrite(code)
+    assert [f.status for f in findings] == ["rewritten", "rewritten"], findings
+    assert "for g in parameters" in new
+    model_a, opt_a = _steps(_load(code), kind)
+    model_b, opt_b = _steps(_load(new), kind)
+    assert all(g["fused"] is True for g in opt_b.param_groups)  # all on the CPU, which has a fused kernel
+    assert [len(g["params"]) for g in opt_b.param_groups] == [len(g["params"]) for g in opt_a.param_groups]
+    for a, b in zip(model_a.parameters(), model_b.parameters(), strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize(
+    ("line", "replacement"),
+    [
+        # the helper's `params` is not iterated first: a generator there would be spent by the device read
+        ('params = set(group["params"])', "params = set()"),
+        # ... or only on some paths
+        ('params = set(group["params"])', 'params = set(group["params"]) if kind else set()'),
+        # a loop over them may stop early: the device read would take what the optimizer gets
+        ('params = set(group["params"])', 'params = set()\nfor p in group["params"]:\n    break'),
+        # the group goes elsewhere too, which may change its params
+        ("groups.append(group)", "groups.append(group)\nregister(group)"),
+        # the list of groups goes to a function that may add anything
+        ("parameters = groups", "parameters = groups\nregister(groups)"),
+        # a group passed in
+        ('groups.insert(0, {"params": other_params})', "groups.insert(0, kind)"),
+        # a group whose params are a generator built here
+        (
+            'groups.insert(0, {"params": other_params})',
+            'groups.insert(0, {"params": (p for p in other_params)})',
+        ),
+    ],
+)
+def test_groups_that_reading_could_consume_are_not_rewritten(line: str, replacement: str):
+    code = GROUPS.replace("PARAMS", "self.parameters()")
+    old = next(text for text in code.splitlines(keepends=True) if text.strip() == line)
+    indent = old[: len(old) - len(old.lstrip())]
+    code = code.replace(old, "".join(f"{indent}{part}\n" for part in replacement.split("\n")))
+    findings, new = _rewrite(code)
+    assert findings and all(f.status == "near-miss" for f in findings), findings
+    assert new == code
+
+
+AGENT = textwrap.dedent("""
+    import torch
+    from torch import nn
+    from torch import optim
+
+
+    class Model(nn.Module):
+        def __init__(self, lr):
+            super().__init__()
+            self.a = nn.Linear(3, 4)
+            self.norm = nn.LayerNorm(4)
+            self.b = nn.Linear(4, 1)
+            self.norm.weight.requires_grad_(False)
+            self.double()
+            self.optimizer = optim.Adam(
+                PARAMS,
+                lr,
+            )
+
+        def forward(self, x):
+            return self.b(self.norm(self.a(x)))
+""")
+
+
+def _train(cls, steps: int = 4):
+    torch.manual_seed(0)
+    model = cls(1e-2)
+    torch.manual_seed(1)
+    for _ in range(steps):
+        model.optimizer.zero_grad()
+        model(torch.randn(5, 3, dtype=torch.float64)).pow(2).mean().backward()
+        model.optimizer.step()
+    return model
+
+
+def test_an_optimizer_built_in_a_module_init_steps_the_same():
+    code = AGENT.replace("PARAMS", "filter(lambda p: p.requires_grad, self.parameters())")
+    findings, new = _rewrite(code)
+    assert [(f.status, f.method) for f in findings] == [("rewritten", "__init__")], findings
+    assert 'fused=all(p.device.type in ("cpu", "cuda") for p in self.parameters())' in new
+    a, b = _train(_load(code)["Model"]), _train(_load(new)["Model"])
+    assert b.optimizer.param_groups[0]["fused"] is True
+    assert (
+        len(b.optimizer.param_groups[0]["params"]) == len(a.optimizer.param_groups[0]["params"]) == 5
+    )  # the frozen weight left out
+    for x, y in zip(a.parameters(), b.parameters(), strict=True):
+        torch.testing.assert_close(y, x, rtol=1e-12, atol=1e-14)
+    assert torch.equal(b.norm.weight, torch.ones(4, dtype=torch.float64))
+
+
+def test_an_init_optimizer_over_parameters_passed_in_and_kept_is_not_rewritten():
+    code = AGENT.replace("def __init__(self, lr)", "def __init__(self, lr, params=())").replace(
+        "PARAMS", "params"
+    )
+    code = code.replace("        self.double()\n", "        self.double()\n        self.given = params\n")
+    assert "self.given = params" in code
+    findings, new = _rewrite(code)
+    assert [f.status for f in findings] == ["near-miss"], findings
+    assert new == code
+
+
+STD_OPT = textwrap.dedent("""
+    import torch
+
+
+    def get_std_opt(model_params, lr):
+        base = torch.optim.Adam(model_params, lr=lr, betas=(0.9, 0.98), eps=1e-9)
+        return base
+""")
+
+
+def _std_steps(get_std_opt, params_of, steps: int = 4):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 1)).double()
+    opt = get_std_opt(params_of(model), 1e-2)
+    torch.manual_seed(1)
+    for _ in range(steps):
+        opt.zero_grad()
+        model(torch.randn(5, 3, dtype=torch.float64)).pow(2).mean().backward()
+        opt.step()
+    return model, opt
+
+
+@pytest.mark.parametrize(
+    ("given", "fused"),
+    [
+        (lambda m: m.parameters(), True),  # a one-shot generator: read once, by list()
+        (lambda m: list(m.parameters()), True),
+        (lambda m: [{"params": (p for p in m[0].parameters())}, {"params": m[1].parameters()}], False),
+    ],
+)
+def test_parameters_passed_in_are_materialized_once(given, fused: bool):
+    findings, new = _rewrite(STD_OPT)
+    assert [f.status for f in findings] == ["rewritten"], findings
+    assert "model_params := list(model_params)" in new
+    model_a, opt_a = _std_steps(_load(STD_OPT)["get_std_opt"], given)
+    model_b, opt_b = _std_steps(_load(new)["get_std_opt"], given)
+    assert all(g["fused"] is fused for g in opt_b.param_groups)  # groups are not looked into
+    assert [len(g["params"]) for g in opt_b.param_groups] == [len(g["params"]) for g in opt_a.param_groups]
+    assert sum(len(g["params"]) for g in opt_b.param_groups) == 4
+    for a, b in zip(model_a.parameters(), model_b.parameters(), strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize(
+    ("line", "replacement"),
+    [
+        # read again after the optimizer: it would see the list instead of the spent generator
+        ("return base", "return base, list(model_params)"),
+        # read before (an iterator used twice)
+        (
+            "base = torch.optim.Adam(model_params, lr=lr, betas=(0.9, 0.98), eps=1e-9)",
+            "first = next(iter(model_params))\nbase = torch.optim.Adam(model_params, lr=lr, betas=(0.9, 0.98), eps=1e-9)",
+        ),
+        # captured by a closure
+        ("return base", "base.later = lambda: model_params\nreturn base"),
+        # the call runs once per iteration (a generator: the second optimizer gets nothing)
+        (
+            "base = torch.optim.Adam(model_params, lr=lr, betas=(0.9, 0.98), eps=1e-9)",
+            "for _ in range(2):\n    base = torch.optim.Adam(model_params, lr=lr)",
+        ),
+        # assigned again before the optimizer (another value than the one passed in)
+        (
+            "base = torch.optim.Adam(model_params, lr=lr, betas=(0.9, 0.98), eps=1e-9)",
+            "model_params = filter(None, model_params)\nbase = torch.optim.Adam(model_params, lr=lr)",
+        ),
+    ],
+)
+def test_parameters_passed_in_and_read_elsewhere_are_not_rewritten(line: str, replacement: str):
+    old = next(text for text in STD_OPT.splitlines(keepends=True) if text.strip() == line)
+    indent = old[: len(old) - len(old.lstrip())]
+    code = STD_OPT.replace(old, "".join(f"{indent}{part}\n" for part in replacement.split("\n")))
+    findings, new = _rewrite(code)
+    assert findings and all(f.status == "near-miss" for f in findings), findings
+    assert new == code
+
+
+def test_a_list_made_of_parameters_passed_in_does_not_look_into_groups():
+    """`list(...)` of what was given: the items are read, a group among them makes the test False
+    (its `params`, maybe a generator, are not read)."""
+    code = STD_OPT.replace(
+        "    base = torch.optim.Adam(model_params,",
+        "    params = list(model_params)\n    base = torch.optim.Adam(params,",
+    )
+    findings, new = _rewrite(code)
+    assert [f.status for f in findings] == ["rewritten"], findings
+    assert "isinstance(p, dict)" in new and "g['params']" not in new
+    given = lambda m: [{"params": (p for p in m[0].parameters())}, {"params": m[1].parameters()}]  # noqa: E731
+    model_a, opt_a = _std_steps(_load(code)["get_std_opt"], given)
+    model_b, opt_b = _std_steps(_load(new)["get_std_opt"], given)
+    assert (
+        [len(g["params"]) for g in opt_b.param_groups]
+        == [len(g["params"]) for g in opt_a.param_groups]
+        == [2, 2]
+    )
+    for a, b in zip(model_a.parameters(), model_b.parameters(), strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-12, atol=1e-14)
