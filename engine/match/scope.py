@@ -364,16 +364,17 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding | N
                     # `if s.dtype == torch.float16:` choosing between two spellings of the softmax
                     # that the rewrite makes one: the `if` goes with its branches, emptied
                     continue
-                check = _shape_check(use, ix)
-                if check is not None:
-                    # `if attn_weights.size() != (...): raise ValueError(...)`: a validation of an
-                    # intermediate that the kernel makes moot; the rewrite removes the check
-                    finding.checks.append(check)
-                    continue
                 needed = dict(implied)
                 for c in use.guard:
                     needed[c.id] = c.taken
                 conflict = any(match.conditions.get(cid, taken) != taken for cid, taken in needed.items())
+                check = _shape_check(use, ix) if not conflict else None
+                if check is not None:
+                    # `if attn_weights.size() != (...): raise ValueError(...)`: a validation of an
+                    # intermediate that the kernel makes moot; the rewrite removes the check (a read
+                    # on another path than the match's is no check: the original code runs there)
+                    finding.checks.append(check)
+                    continue
                 if conflict and rule.detect_only:
                     continue  # that use runs on another path than the match
                 # A rewrite removes the intermediate on every path where its producer runs, so a
@@ -607,21 +608,23 @@ def _cast_of(value: Var, subject: Var, ix: MethodIndex) -> bool:
         and node.inputs[0] == subject
 
 
-# optional statements that only scale the scores, and the binding holding each one's factor
-_SCALE_STEPS = {"s1": ("factor", "tdiv_number"), "s1b": ("factor2",)}
+# optional statements that only scale the scores or drop out the probabilities, and the binding
+# holding each one's factor or probability
+_FLAGGED_STEPS = {"s1": ("factor", "tdiv_number"), "s1b": ("factor2",), "p2": ("dp",)}
 
 
 def _conditional_factor(match: Match, cid: int, taken: bool, siblings: list[Match], ix: MethodIndex) -> bool:
-    """A decision is covered when it only chooses whether a score factor applies: the match holds an
-    optional scale step on that branch, and a sibling match is the same but for that step, on the
-    other branch. The kernel's scale is then that factor there and 1.0 elsewhere. The condition must
-    read no tracked data (a flag such as `self.scale_attn_weights`): the kernel call evaluates it
-    again, later, where an intermediate it read may be gone."""
+    """A decision is covered when it only chooses whether a score factor or a dropout applies: the
+    match holds an optional scale or dropout step on that branch, and a sibling match is the same
+    but for that step, on the other branch. The kernel's scale is then that factor there and 1.0
+    elsewhere, its dropout probability that one there and 0.0 elsewhere. The condition must read no
+    tracked data (a flag such as `self.scale_attn_weights`, `self.use_dropout`): the kernel call
+    evaluates it again, later, where an intermediate it read may be gone."""
     text = match.cond_text.get(cid, "")
     phi = ix.phi_of(cid)
     if not text or text.startswith(HELPER_CONDITION) or (phi is not None and phi.kwarg("test") is not None):
         return False
-    for step, names in _SCALE_STEPS.items():
+    for step, names in _FLAGGED_STEPS.items():
         node = match.nodes.get(step)
         factor = next((n for n in names if n in match.bindings), None)
         if node is None or factor is None or not any(c.id == cid and c.taken == taken for c in node.guard):

@@ -191,6 +191,8 @@ def lookup(match: Match, base: Callable[[str], str | None],
                 texts["tdiv_number"] = f"1 / {_atom(texts['tdiv_number'])}"
             terms = [_conditional(match, n, t) for n, t in texts.items() if t is not None]
             return " * ".join(terms) if terms else None
+        if name in ("dp", "dtraining") and "dp" in match.conditional:
+            return _conditional_dropout(match, name, base(name))
         if name not in ("q", "k", "v"):
             return base(name)
         swap = (name == "k" and _needs_key_swap(match)) or (name == "v" and "pt" in match.nodes)
@@ -284,6 +286,19 @@ def _conditional(match: Match, name: str, text: str | None) -> str | None:
     cond, taken = match.conditional[name]
     yes, no = (text, "1.0") if taken else ("1.0", text)
     return f"({yes} if {cond} else {no})"
+
+
+def _conditional_dropout(match: Match, name: str, text: str | None) -> str | None:
+    """The kernel's dropout where the code drops out only on one branch of an `if` (`if
+    self.use_dropout: a = self.dropout(a)`): the module's training flag holds only there
+    (`$dtraining`), or, for a dropout that always drops, the probability is 0.0 elsewhere."""
+    cond, taken = match.conditional["dp"]
+    when = _atom(cond) if taken else f"not {_atom(cond)}"
+    if text is None:
+        return None
+    if name == "dtraining":
+        return f"{when} and {_atom(text)}"
+    return text if "dtraining" in match.bindings else f"({text} if {when} else 0.0)"
 
 
 _CASTS = {".to", ".float", ".double", ".half", ".bfloat16", ".type"}
