@@ -85,6 +85,9 @@ class Match:
     optional_through: dict[str, str] = field(default_factory=dict)
     # score factors applied on one branch only: binding -> (the condition's text, the branch taken)
     conditional: dict[str, tuple[str, bool]] = field(default_factory=dict)
+    # masks held in the layout of permuted scores: binding -> the method call that moves its axes to
+    # the kernel's layout (`.permute(0, 3, 1, 2)`)
+    relayout: dict[str, str] = field(default_factory=dict)
     # unmatched nodes a constraint found computing only arguments the rewrite drops (a tuple of axes
     # the kernel is told as a shape): removed with the match where nothing else reads them
     companions: list[Node] = field(default_factory=list)

@@ -147,6 +147,8 @@ def _lowered(match: Match, name: str, render: Callable[[Operand], str]) -> tuple
 def lookup(match: Match, base: Callable[[str], str | None],
            render: Callable[[Operand], str]) -> Callable[[str], str | None]:
     """The template lookup with the layout's adaptations applied to `$q`, `$k` and `$v`."""
+    if match.relayout:
+        base = _relaid(match, base)
     lowered = {name: _lowered(match, name, render) for name in ("q", "k", "v")}
 
     def size_of(position: int) -> str | None:
@@ -186,7 +188,7 @@ def lookup(match: Match, base: Callable[[str], str | None],
                 return f"{text} if {text} is not None else 0.0"
             return text
         if name == "factor":  # the score factors in series, each as the branch it runs on says
-            texts = {n: base(n) for n in ("factor", "tdiv_number", "factor2")}
+            texts = {n: base(n) for n in ("factor", "tdiv_number", "factor2", "factor3")}
             if texts["tdiv_number"] is not None:  # `s / torch.full([], n)`: the factor 1 / n
                 texts["tdiv_number"] = f"1 / {_atom(texts['tdiv_number'])}"
             terms = [_conditional(match, n, t) for n, t in texts.items() if t is not None]
@@ -233,6 +235,18 @@ def lookup(match: Match, base: Callable[[str], str | None],
         return text
 
     return adapted
+
+
+def _relaid(match: Match, base: Callable[[str], str | None]) -> Callable[[str], str | None]:
+    """`base` with each mask held in the layout of permuted scores moved to the kernel's (constraint
+    `scores_permuted_back`)."""
+
+    def lookup(name: str) -> str | None:
+        text = base(name)
+        moved = match.relayout.get(name)
+        return _atom(text) + moved if text is not None and moved else text
+
+    return lookup
 
 
 def sequence_axis(match: Match, name: str) -> tuple[Operand, int] | None:

@@ -196,3 +196,95 @@ def test_dropout_under_a_test_of_the_data_is_no_flag():
     found, new = _scan(DATA_FLAG)
     assert new == DATA_FLAG
     assert [status for status, _ in found] == ["near-miss"]
+
+
+# LoFTR's FullAttention (kornia), with the out-of-place `masked_fill` (the in-place fill is read as a
+# new value elsewhere): heads on the last axis, scores (N, L, S, H), a -inf fill of the query x key
+# padding mask, softmax over the key axis (dim=2) of the scaled scores, optional dropout.
+LOFTR = (
+    HEADER
+    + """
+class FullAttention(nn.Module):
+    def __init__(self, use_dropout=False, attention_dropout=0.1):
+        super().__init__()
+        self.use_dropout = use_dropout
+        self.dropout = nn.Dropout(attention_dropout)
+
+    def forward(self, queries, keys, values, q_mask=None, kv_mask=None):
+        QK = torch.einsum("nlhd,nshd->nlsh", queries, keys)
+        if kv_mask is not None and q_mask is not None:
+            QK = QK.masked_fill(~(q_mask[:, :, None, None] * kv_mask[:, None, :, None]), {fill})
+        softmax_temp = {temp}
+        A = F.softmax(softmax_temp * QK, dim={dim})
+        if self.use_dropout:
+            A = self.dropout(A)
+        queried_values = torch.einsum("nlsh,nshd->nlhd", A, values)
+        return queried_values.contiguous()
+"""
+)
+
+
+def _loftr(fill='float("-inf")', temp="1.0 / queries.size(3) ** 0.5", dim="2") -> str:
+    return LOFTR.replace("{fill}", fill).replace("{temp}", temp).replace("{dim}", dim)
+
+
+def test_heads_last_scores_are_permuted_to_the_kernels_layout_and_back():
+    source = _loftr()
+    found, new = _scan(source)
+    assert found == [("guarded", None)]
+    assert "queries.transpose(1, 2)" in new and ".movedim(-1, -3)" in new and "scale=softmax_temp" in new
+    gen = torch.Generator().manual_seed(2)
+    n, length, s, h, d = 2, 5, 6, 3, 4
+    q = torch.randn(n, length, h, d, generator=gen, dtype=torch.float64)
+    k = torch.randn(n, s, h, d, generator=gen, dtype=torch.float64)
+    v = torch.randn(n, s, h, d, generator=gen, dtype=torch.float64)
+    q_mask = torch.ones(n, length, dtype=torch.bool)
+    kv_mask = torch.ones(n, s, dtype=torch.bool)
+    q_mask[0, -2:] = False  # padded queries: fully masked rows (NaN in the original)
+    kv_mask[0, -1] = False
+    kv_mask[1, :] = False  # a sample with no key at all: every row fully masked
+    for args in ((False, 0.5), (True, 0.0)):
+        a, b = _pair(source, new, "FullAttention", *args)
+        for mode in (a.eval, a.train):
+            mode()
+            b.train(a.training)
+            for masks in ((), (q_mask, kv_mask), (q_mask, torch.ones_like(kv_mask))):
+                expected = a(q, k, v, *masks)
+                got = b(q, k, v, *masks)
+                assert got.shape == expected.shape == (n, length, h, d)
+                torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-12, equal_nan=True)
+            assert torch.isnan(a(q, k, v, q_mask, kv_mask)[1]).all()
+    # gradients where no row is fully masked
+    a, b = _pair(source, new, "FullAttention")
+    qa, qb = q.clone().requires_grad_(), q.clone().requires_grad_()
+    kv_some = torch.ones(n, s, dtype=torch.bool)
+    kv_some[:, 0] = False
+    ones = torch.ones(n, length, dtype=torch.bool)
+    a(qa, k, v, ones, kv_some).sum().backward()
+    b(qb, k, v, ones, kv_some).sum().backward()
+    torch.testing.assert_close(qb.grad, qa.grad, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"dim": "1"}, "query axis"),  # softmax over the queries
+        ({"dim": "3"}, "key axis"),  # over the heads: the scores' key axis is not the softmax axis
+        ({"fill": "-1e9"}, "not -inf"),  # a finite fill scaled afterwards no longer drops the keys
+        ({"temp": "self.temperature"}, "positive number"),  # a factor of unknown sign
+    ],
+)
+def test_permuted_scores_near_misses(change, reason):
+    source = _loftr(**change).replace(
+        "        self.use_dropout = use_dropout\n",
+        "        self.use_dropout = use_dropout\n        self.temperature = -1.0\n",
+    )
+    found, new = _scan(source)
+    assert new == source
+    assert any(status == "near-miss" and reason in (text or "") for status, text in found), found
+
+
+def test_probabilities_not_permuted_back_are_a_near_miss():
+    source = _loftr().replace('"nlsh,nshd->nlhd", A, values', '"nslh,nshd->nlhd", A, values')
+    found, new = _scan(source)
+    assert new == source
