@@ -526,9 +526,8 @@ def _index_min_rank(text: str) -> int | None:
     return count
 
 
-_BROADCASTING = {"mul", "add", "sub", "and", "or", "xor", "invert", "not", "compare:eq", "compare:ne", "compare:lt",
-                 "compare:le", "compare:gt", "compare:ge", "torch.logical_and", "torch.logical_or", "torch.logical_not",
-                 ".bool", ".to", ".float"}
+_BROADCASTING = {"mul", "add", "sub", "and_", "or_", "xor", "invert", "torch.logical_and", "torch.logical_or",
+                 "torch.logical_not", ".bool", ".to", ".float"}
 
 
 def _min_rank(operand, ix: MethodIndex, depth: int = 0) -> int:
@@ -596,7 +595,8 @@ def _scores_permuted_back(match: Match, ix: MethodIndex) -> str | None:
             continue
         moved = _moved_axes(inverse, ix.shapes.rank(mask), _min_rank(mask, ix))
         if moved is None:
-            return f"the mask `{render(mask)}` of the permuted scores has no proven rank to move its axes by"
+            named = "" if isinstance(mask, Var) and _TEMP.match(mask.name) else f" `{render(mask)}`"
+            return f"the mask{named} of the permuted scores has no proven rank to move its axes by"
         match.relayout[name] = moved
     return None
 
@@ -607,6 +607,12 @@ def _positive(operand, ix: MethodIndex, depth: int = 0) -> bool:
     number = numeric(operand) if isinstance(operand, (Const, Sym)) else None
     if number is not None:
         return number > 0
+    if isinstance(operand, Sym):
+        try:
+            tree = ast.parse(operand.text, mode="eval").body
+        except (SyntaxError, ValueError, MemoryError, RecursionError):
+            return False
+        return _sign(tree) == "positive"
     node = ix.defs.get(operand.name) if isinstance(operand, Var) and depth < 8 else None
     if node is None or node.kind != "op" or not node.inputs or not _is_number(operand, ix):
         return False
@@ -619,6 +625,36 @@ def _positive(operand, ix: MethodIndex, depth: int = 0) -> bool:
     if node.op == "pow" and len(node.inputs) == 2:
         return _positive(node.inputs[0], ix, depth + 1)
     return False
+
+
+def _sign(e: ast.expr, depth: int = 0) -> str | None:
+    """`positive` or `non-negative` where the expression is proven so and made of Python numbers
+    only (literals, tensor sizes `x.size(i)` and `x.shape[i]`, `len`, `math.sqrt`, `*`, `/`, `**`),
+    where a zero divisor raises; else None."""
+    if depth > 16:
+        return None
+    if isinstance(e, ast.Constant) and type(e.value) in (int, float):
+        return "positive" if e.value > 0 else "non-negative" if e.value == 0 else None
+    if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr == "size" and len(e.args) == 1 \
+            and not e.keywords and isinstance(e.args[0], ast.Constant) and type(e.args[0].value) is int:
+        return "non-negative"
+    if isinstance(e, ast.Subscript) and isinstance(e.value, ast.Attribute) and e.value.attr == "shape" \
+            and isinstance(e.slice, ast.Constant) and type(e.slice.value) is int:
+        return "non-negative"
+    if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == "len" and len(e.args) == 1:
+        return "non-negative"
+    if isinstance(e, ast.Call) and ast.unparse(e.func) == "math.sqrt" and len(e.args) == 1 and not e.keywords:
+        return _sign(e.args[0], depth + 1)
+    if not isinstance(e, ast.BinOp):
+        return None
+    left, right = _sign(e.left, depth + 1), _sign(e.right, depth + 1)
+    if isinstance(e.op, ast.Mult) and left and right:
+        return "positive" if left == right == "positive" else "non-negative"
+    if isinstance(e.op, ast.Div) and left == "positive" and right:
+        return "positive"  # a zero divisor raises ZeroDivisionError
+    if isinstance(e.op, ast.Pow) and left and isinstance(e.right, ast.Constant) and type(e.right.value) in (int, float):
+        return left if left == "positive" or e.right.value > 0 else None
+    return None
 
 
 def _non_negative(operand, ix: MethodIndex, depth: int = 0) -> bool:
