@@ -676,8 +676,13 @@ def _scaled_after_fill(match: Match, ix: MethodIndex) -> str | None:
     """A factor scaling the scores after their `masked_fill` (`$s3s`, LoFTR's `softmax(temp * s)` of
     the filled scores) is part of the kernel's scale, which SDPA applies before its mask, where the
     fill is -inf and the factor a proven positive Python number: -inf times it stays -inf (a finite
-    fill times a small factor would no longer drop the keys, a negative factor would raise them)."""
-    if "s3s" not in match.nodes or "s3" not in match.nodes:
+    fill times a small factor would no longer drop the keys, a negative factor would raise them). An
+    additive mask before it would be scaled too, which the kernel's is not."""
+    if "s3s" not in match.nodes:
+        return None
+    if "mask" in match.bindings or "mask2" in match.bindings:
+        return "the scores are scaled after an additive mask, which the kernel adds after its scale"
+    if "s3" not in match.nodes:
         return None
     factor = match.bindings.get("factor3")
     if not _fill_is_infinite(match.bindings.get("fill")):

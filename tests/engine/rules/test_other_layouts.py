@@ -288,3 +288,16 @@ def test_probabilities_not_permuted_back_are_a_near_miss():
     source = _loftr().replace('"nlsh,nshd->nlhd", A, values', '"nslh,nshd->nlhd", A, values')
     found, new = _scan(source)
     assert new == source
+
+
+def test_a_factor_after_an_additive_mask_is_a_near_miss():
+    """`(s + m) * f` scales the mask too; the kernel computes `s * f + m`."""
+    source = HEADER + (
+        "\n\nclass Attention(nn.Module):\n"
+        "    def forward(self, q, k, v, m):\n"
+        "        s = (q @ k.transpose(-2, -1) + m).masked_fill(m > 0, float('-inf')) * 0.125\n"
+        "        return s.softmax(dim=-1) @ v\n"
+    )
+    found, new = _scan(source)
+    assert new == source
+    assert [status for status, _ in found] == ["near-miss"] and "additive mask" in found[0][1]
