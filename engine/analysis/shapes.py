@@ -536,8 +536,6 @@ class ShapeFacts:
         if len(node.inputs) < 2:
             return None
         left, right = self.shape(node.inputs[0]), self.shape(node.inputs[1])
-        if right is None and node.target is not None and "einsum(" in node.target:
-            right = Shape((fresh(), fresh()), False)  # an einsum operand has at least two labels
         if right is None or len(right.axes) < 2:
             return None  # a 1-D right operand contracts away the last axis: nothing proven
         col = right.axes[-1]

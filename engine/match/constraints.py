@@ -584,9 +584,8 @@ def _scores_permuted_back(match: Match, ix: MethodIndex) -> str | None:
     perm = _permutation(there) if there is not None else None
     inverse = _permutation(back) if back is not None else None
     if perm is None or inverse is None:
-        node = there or back
-        return f"the {'scores' if node is there else 'probabilities'} are permuted by `{node.target or node.op}` " \
-            "and not permuted back by constant axes"
+        return "the scores' axes are not permuted after their product and back before the product with the value " \
+            "by constant permutations"
     if len(perm) != len(inverse) or any(perm[inverse[i]] != i for i in range(len(perm))):
         return "the probabilities are not permuted back to the scores' layout before the product with the value"
     for name in ("mask", "mask2", "fmask"):

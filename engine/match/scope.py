@@ -696,7 +696,7 @@ def _find_rule(rule: Rule, indexes: list[MethodIndex], near_misses: bool) -> lis
                 by_root.setdefault(id(m.root), []).append(m)
         for group in by_root.values():
             # the fullest match (most nodes) of a root is the one to rewrite
-            best = max(group, key=_fullness)
+            best = max(group, key=lambda m, ix=ix: _fullness(m, ix))
             key = best.location_key
             previous = chosen.get(key)
             # a location seen both in a helper's own body and inlined into a caller: keep the
@@ -747,23 +747,27 @@ def _least_guarded(best: Match, ix: MethodIndex, group: list[Match]) -> Finding 
     fullest first, for synthesis to fall back on (`fallback`)."""
     finding = analyse(best, ix, group)
     chosen = best
+
+    def fullness(m: Match) -> tuple:
+        return _fullness(m, ix)
+
     if finding is not None and finding.status == "near-miss" and any(k in best.nodes for k in _VIEW_STEPS):
         # a mask added through views the kernel cannot take (a 5-D window view of 4-D scores): the
         # match without those steps keeps the original where the mask is added, as before
         plain = [m for m in group if not any(k in m.nodes for k in _VIEW_STEPS)]
         if plain:
-            candidate = analyse(max(plain, key=_fullness), ix, group)
+            candidate = analyse(max(plain, key=fullness), ix, group)
             if candidate is not None and candidate.status in ("rewritten", "guarded"):
-                finding, chosen = candidate, max(plain, key=_fullness)
+                finding, chosen = candidate, max(plain, key=fullness)
     if finding is not None and finding.status == "guarded" and all(name in best.bindings for name in _SUMMED):
         single = [m for m in group if m is not best and not all(name in m.bindings for name in _SUMMED)]
         if single:
-            other = max(single, key=_fullness)
+            other = max(single, key=fullness)
             candidate = analyse(other, ix, group)
             if candidate is not None and candidate.status in ("rewritten", "guarded"):
                 finding, chosen = candidate, other
     if finding is not None and finding.status in ("rewritten", "guarded"):
-        others = sorted((m for m in group if m is not chosen and m is not best), key=_fullness, reverse=True)
+        others = sorted((m for m in group if m is not chosen and m is not best), key=fullness, reverse=True)
         finding.fallbacks = [(m, ix, group) for m in others[:_FALLBACKS]]
     return finding
 
@@ -785,8 +789,15 @@ def fallback(finding: Finding) -> Finding | None:
     return None
 
 
-def _fullness(m: Match) -> tuple:
-    return (m.pattern is None or m.pattern.near_miss is None, len(m.nodes), -len(m.extra_conditions))
+# constraints on how the match reads the scores' layout and order of steps: a reading they refuse
+# (another value's product permuted and added to the scores, taken for the scores; a scale after an
+# additive mask taken for a scale after the fill) gives way to a less full one of the same root
+_READINGS = ("scores_permuted_back", "scaled_after_fill")
+
+
+def _fullness(m: Match, ix: MethodIndex) -> tuple:
+    readable = not any(constraints.CHECKS[name](m, ix) for name in _READINGS if name in m.rule.constraints)
+    return (m.pattern is None or m.pattern.near_miss is None, readable, len(m.nodes), -len(m.extra_conditions))
 
 
 def _in_helper_of(small: Finding, large: Finding) -> bool:

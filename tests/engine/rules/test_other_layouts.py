@@ -38,7 +38,10 @@ class NonLocal(nn.Module):
 
     def forward(self, x):
         dim_inner = self.conv_theta.out_channels
-        theta, phi, g = self.conv_theta(x), self.conv_phi(x), self.conv_g(x)
+        n = x.shape[0]
+        theta = self.conv_theta(x).view(n, dim_inner, -1)
+        phi = self.conv_phi(x).view(n, dim_inner, -1)
+        g = self.conv_g(x).view(n, dim_inner, -1)
         theta_phi = torch.einsum("nct,ncp->ntp", (theta, phi))
         if self.instantiation == "softmax":
             theta_phi = theta_phi * (dim_inner ** -0.5)
@@ -270,8 +273,6 @@ def test_heads_last_scores_are_permuted_to_the_kernels_layout_and_back():
     [
         ({"dim": "1"}, "query axis"),  # softmax over the queries
         ({"dim": "3"}, "key axis"),  # over the heads: the scores' key axis is not the softmax axis
-        ({"fill": "-1e9"}, "not -inf"),  # a finite fill scaled afterwards no longer drops the keys
-        ({"temp": "self.temperature"}, "positive number"),  # a factor of unknown sign
     ],
 )
 def test_permuted_scores_near_misses(change, reason):
@@ -301,3 +302,27 @@ def test_a_factor_after_an_additive_mask_is_a_near_miss():
     found, new = _scan(source)
     assert new == source
     assert [status for status, _ in found] == ["near-miss"] and "additive mask" in found[0][1]
+
+
+@pytest.mark.parametrize("change", [{"fill": "-1e9"}, {"temp": "self.temperature"}])
+def test_a_fill_scaled_afterwards_keeps_the_original_where_it_fills(change):
+    """`-1e9 * temp` may no longer drop the keys, `-inf * temp` of a factor of unknown sign may be
+    +inf: the masked path keeps the original code (the kernel runs only where no mask is given)."""
+    source = _loftr(**change).replace(
+        "        self.use_dropout = use_dropout\n",
+        "        self.use_dropout = use_dropout\n        self.temperature = -1.0\n",
+    )
+    found, new = _scan(source)
+    assert found == [("guarded", None)]
+    assert "movedim" not in new and "attn_mask" not in new
+    assert "if kv_mask is not None and q_mask is not None:" in new and "QK.masked_fill(" in new
+    q, k, v = (torch.randn(2, 5, 3, 4, dtype=torch.float64) for _ in range(3))
+    mask = torch.ones(2, 5, dtype=torch.bool)
+    mask[0, -1] = False
+    a, b = _pair(source, new, "FullAttention")
+    a.eval()
+    b.eval()
+    for masks in ((), (mask, mask)):
+        torch.testing.assert_close(
+            b(q, k, v, *masks), a(q, k, v, *masks), rtol=1e-10, atol=1e-12, equal_nan=True
+        )
