@@ -18,7 +18,10 @@ rules/sdpa-attention.rule):
     (`'bihd,bjhd->bhij'`) gets that permute as a `transpose(1, 2)` or `permute(...)`, and a batch
     axis it lacks (a multi-query key, `'b h i d, b j d -> b h i j'`) as `unsqueeze(p)` expanded to
     the size another operand has there (the fused kernels take no broadcast heads); an einsum output
-    permuted back is permuted back after the kernel.
+    permuted back is permuted back after the kernel;
+  * `$s0p` and `$p3` bound (the scores permuted after the product, the probabilities permuted back):
+    each mask of the permuted scores is moved to the kernel's layout as constraint
+    `scores_permuted_back` recorded (`match.relayout`).
 
 Only the transposes the layout needs are emitted; a match in the kernel's layout renders unchanged.
 
