@@ -1637,9 +1637,17 @@ class _MethodExtractor:
         `einsum('bhid,bhjd->bhij', q, k)` is `matmul(q, transpose(k, -2, -1))` and
         `einsum('bhij,bhjd->bhid', a, v)` is `matmul(a, v)` (torch.einsum puts the equation
         first, einops.einsum last). Anything else stays an einsum call."""
-        if e.keywords or any(type(a) is ast.Starred for a in e.args) or len(e.args) != 3:
+        if e.keywords or any(type(a) is ast.Starred for a in e.args):
             return None
-        eq_arg, operands = (e.args[0], e.args[1:]) if name != "einops.einsum" else (e.args[-1], e.args[:-1])
+        if name != "einops.einsum" and len(e.args) == 2 and type(e.args[1]) in (ast.Tuple, ast.List):
+            # `torch.einsum(eq, (a, b))`: torch also takes the operands as one tuple or list
+            eq_arg, operands = e.args[0], list(e.args[1].elts)  # type: ignore[attr-defined]
+        elif len(e.args) == 3:
+            eq_arg, operands = (e.args[0], e.args[1:]) if name != "einops.einsum" else (e.args[-1], e.args[:-1])
+        else:
+            return None
+        if len(operands) != 2 or any(type(a) is ast.Starred for a in operands):
+            return None
         if not (isinstance(eq_arg, ast.Constant) and isinstance(eq_arg.value, str)):
             return None
         plan = _einsum_product(eq_arg.value, einops=name == "einops.einsum")

@@ -71,7 +71,7 @@ def _fill_is_minus_infinity(match: Match, ix: MethodIndex) -> str | None:
     text = getattr(value, "text", getattr(value, "value", value))
     if not all(_drops_keys(v, ix) for v in values):
         return f"masked_fill value {text!r} is not -inf"
-    if len({_fill_is_infinite(v) for v in values}) > 1 and "p3" not in match.nodes:
+    if len({_fill_is_infinite(v) for v in values}) > 1 and "pz" not in match.nodes:
         return (f"masked_fill value {text!r} is -inf on some paths of `__init__` and finite on others: rows whose "
                 "every key is masked are NaN on the one and the average of v on the other")
     return None
@@ -223,8 +223,8 @@ def _softmax_over_key_axis(match: Match, ix: MethodIndex) -> str | None:
             return f"softmax dim={dim.value}{known} is over the query axis, not the key axis"
     # the statements between the product and the softmax are the pattern's elementwise ones, which
     # keep every axis where it is: the last axis there is the key axis even where a merge of branches
-    # (a bias added on one path only) lost the identity
-    if facts.is_last(source, dim):
+    # (a bias added on one path only) lost the identity (not so after a permute of the scores)
+    if "s0p" not in match.nodes and facts.is_last(source, dim):
         return None
     return f"softmax dim={dim.value}{known} is not provably the key axis (the last dimension of the scores)"
 
@@ -495,9 +495,9 @@ def _fully_masked_rows_keep_original(match: Match, ix: MethodIndex) -> str | Non
     -inf. The rewrite reproduces both: it zeroes those rows' queries and unmasks them (scores 0,
     so the kernel averages `v` and no gradient reaches `q` or `k`, as `masked_fill` blocks it), and
     for an infinite fill binds `$nan_rows` so the template sets those output rows to NaN. Where the
-    probabilities are filled with 0 under the same mask after the softmax (`$p3`, speechbrain's fix-up
+    probabilities are filled with 0 under the same mask after the softmax (`$pz`, speechbrain's fix-up
     of NaN rows), those rows are 0 whatever the fill, and so `$nan_rows` is 0."""
-    if "p3" in match.nodes:
+    if "pz" in match.nodes:
         match.bindings["nan_rows"] = Const(0.0)
     elif "fmask" in match.bindings and all(_fill_is_infinite(v) for v in _fill_values(match.bindings.get("fill"), ix)):
         match.bindings["nan_rows"] = Sym("float('nan')")
@@ -528,6 +528,211 @@ def _dropout_when_original_drops(match: Match, ix: MethodIndex) -> str | None:
 
 CHECKS["fully_masked_rows_keep_original"] = _fully_masked_rows_keep_original
 CHECKS["dropout_when_original_drops"] = _dropout_when_original_drops
+
+
+def _permutation(node: Node) -> tuple[int, ...] | None:
+    """The dimensions of `x.permute(...)` when they are constants naming every axis once."""
+    dims = node.inputs[1:]
+    if len(dims) == 1 and isinstance(dims[0], Const) and isinstance(dims[0].value, tuple):
+        values = dims[0].value
+    elif dims and all(isinstance(d, Const) for d in dims):
+        values = tuple(d.value for d in dims)  # type: ignore[union-attr]
+    else:
+        return None
+    if node.kwargs or any(type(v) is not int for v in values) or sorted(values) != list(range(len(values))):
+        return None
+    return values
+
+
+def _index_min_rank(text: str) -> int | None:
+    """The least rank of `x[text]` for an index of slices, `None`s, integers and `...` (each slice
+    keeps an axis of `x`, each `None` adds one, an integer removes one): slices plus `None`s."""
+    try:
+        tree = ast.parse(f"x[{text}]", mode="eval").body
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return None
+    index = tree.slice if isinstance(tree, ast.Subscript) else None
+    items = index.elts if isinstance(index, ast.Tuple) else [index]
+    count = 0
+    for item in items:
+        if isinstance(item, ast.Slice) and all(b is None or isinstance(b, ast.Constant) for b in
+                                                (item.lower, item.upper, item.step)):
+            count += 1
+        elif isinstance(item, ast.Constant) and (item.value is None or type(item.value) is int):
+            count += item.value is None
+        elif not (isinstance(item, ast.Constant) and item.value is Ellipsis):
+            return None  # a tensor index: any rank
+    return count
+
+
+_BROADCASTING = {"mul", "add", "sub", "and_", "or_", "xor", "invert", "torch.logical_and", "torch.logical_or",
+                 "torch.logical_not", ".bool", ".to", ".float"}
+
+
+def _min_rank(operand, ix: MethodIndex, depth: int = 0) -> int:
+    """A rank `operand` provably has at least: its proven axes, the axes an index of slices and
+    `None`s gives, the largest of an elementwise op's operands (broadcasting keeps every axis)."""
+    shape = ix.shapes.shape(operand)
+    known = len(shape.axes) if shape is not None else 0
+    node = ix.defs.get(operand.name) if isinstance(operand, Var) and depth < 8 else None
+    if node is None or node.kind != "op":
+        return known
+    if node.op == "getitem" and len(node.inputs) == 2 and isinstance(node.inputs[1], Sym):
+        return max(known, _index_min_rank(node.inputs[1].text) or 0)
+    if node.op in _BROADCASTING:
+        return max([known, *(_min_rank(i, ix, depth + 1) for i in node.inputs if isinstance(i, Var))])
+    return known
+
+
+def _moved_axes(back: tuple[int, ...], rank: int | None, least: int) -> str | None:
+    """The method call that takes a tensor in the permuted layout to the kernel's (`back`: the
+    permute that does it for a tensor of the scores' rank): that `permute` for a tensor of that rank,
+    else a `movedim` of the trailing axes the permute moves, for a tensor of at least that many axes
+    (it broadcasts from the right); None where neither is proven."""
+    n = len(back)
+    fixed = next((i for i, d in enumerate(back) if d != i), n)
+    if fixed == n:
+        return ""
+    if rank == n:
+        return f".permute({', '.join(map(str, back))})"
+    moved = n - fixed
+    if least < moved or (rank is not None and rank > n):
+        return None
+    want = [d - n for d in back[fixed:]]  # the source (negative) of each trailing position
+    start = list(range(-moved, 0))
+    for a in start:
+        for b in start:
+            order = [x for x in start if x != a]
+            order.insert(b + moved, a)
+            if order == want:
+                return f".movedim({a}, {b})"
+    return f".movedim({tuple(want)}, {tuple(start)})"
+
+
+def _scores_permuted_back(match: Match, ix: MethodIndex) -> str | None:
+    """Scores permuted after their product (`$s0p`: an einsum's output order, LoFTR's heads-last
+    `'nlhd,nshd->nlsh'`) are the kernel's scores with their axes moved, wherever the softmax's axis
+    went (constraint `softmax_over_key_axis` follows the axes): the probabilities must be permuted
+    back (`$p3`, the inverse permutation) before the product with the value, and each mask, held in
+    the permuted layout, is moved to the kernel's by that inverse too: a mask of the scores' proven
+    rank by the same `permute`, one of unproven rank by a `movedim` of the trailing axes it moves
+    where the mask provably has them all (a mask broadcasts from the right)."""
+    there, back = match.nodes.get("s0p"), match.nodes.get("p3")
+    if there is None and back is None:
+        return None
+    perm = _permutation(there) if there is not None else None
+    inverse = _permutation(back) if back is not None else None
+    if perm is None or inverse is None:
+        return "the scores' axes are not permuted after their product and back before the product with the value " \
+            "by constant permutations"
+    if len(perm) != len(inverse) or any(perm[inverse[i]] != i for i in range(len(perm))):
+        return "the probabilities are not permuted back to the scores' layout before the product with the value"
+    for name in ("mask", "mask2", "fmask"):
+        mask = match.bindings.get(name)
+        if mask is None:
+            continue
+        moved = _moved_axes(inverse, ix.shapes.rank(mask), _min_rank(mask, ix))
+        if moved is None:
+            named = "" if isinstance(mask, Var) and _TEMP.match(mask.name) else f" `{render(mask)}`"
+            return f"the mask{named} of the permuted scores has no proven rank to move its axes by"
+        match.relayout[name] = moved
+    return None
+
+
+def _positive(operand, ix: MethodIndex, depth: int = 0) -> bool:
+    """Proven a positive Python number (or raising): a positive literal, products and powers of
+    positive numbers, a positive number divided by a non-negative one (a zero raises)."""
+    number = numeric(operand) if isinstance(operand, (Const, Sym)) else None
+    if number is not None:
+        return number > 0
+    if isinstance(operand, Sym):
+        try:
+            tree = ast.parse(operand.text, mode="eval").body
+        except (SyntaxError, ValueError, MemoryError, RecursionError):
+            return False
+        return _sign(tree) == "positive"
+    node = ix.defs.get(operand.name) if isinstance(operand, Var) and depth < 8 else None
+    if node is None or node.kind != "op" or not node.inputs or not _is_number(operand, ix):
+        return False
+    if node.op == "assign":
+        return _positive(node.inputs[0], ix, depth + 1)
+    if node.op == "mul" and len(node.inputs) == 2:
+        return all(_positive(i, ix, depth + 1) for i in node.inputs)
+    if node.op == "div" and len(node.inputs) == 2:
+        return _positive(node.inputs[0], ix, depth + 1) and _non_negative(node.inputs[1], ix, depth + 1)
+    if node.op == "pow" and len(node.inputs) == 2:
+        return _positive(node.inputs[0], ix, depth + 1)
+    return False
+
+
+def _sign(e: ast.expr, depth: int = 0) -> str | None:
+    """`positive` or `non-negative` where the expression is proven so and made of Python numbers
+    only (literals, tensor sizes `x.size(i)` and `x.shape[i]`, `len`, `math.sqrt`, `*`, `/`, `**`),
+    where a zero divisor raises; else None."""
+    if depth > 16:
+        return None
+    if isinstance(e, ast.Constant) and type(e.value) in (int, float):
+        return "positive" if e.value > 0 else "non-negative" if e.value == 0 else None
+    if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr == "size" and len(e.args) == 1 \
+            and not e.keywords and isinstance(e.args[0], ast.Constant) and type(e.args[0].value) is int:
+        return "non-negative"
+    if isinstance(e, ast.Subscript) and isinstance(e.value, ast.Attribute) and e.value.attr == "shape" \
+            and isinstance(e.slice, ast.Constant) and type(e.slice.value) is int:
+        return "non-negative"
+    if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == "len" and len(e.args) == 1:
+        return "non-negative"
+    if isinstance(e, ast.Call) and ast.unparse(e.func) == "math.sqrt" and len(e.args) == 1 and not e.keywords:
+        return _sign(e.args[0], depth + 1)
+    if not isinstance(e, ast.BinOp):
+        return None
+    left, right = _sign(e.left, depth + 1), _sign(e.right, depth + 1)
+    if isinstance(e.op, ast.Mult) and left and right:
+        return "positive" if left == right == "positive" else "non-negative"
+    if isinstance(e.op, ast.Div) and left == "positive" and right:
+        return "positive"  # a zero divisor raises ZeroDivisionError
+    if isinstance(e.op, ast.Pow) and left and isinstance(e.right, ast.Constant) and type(e.right.value) in (int, float):
+        return left if left == "positive" or e.right.value > 0 else None
+    return None
+
+
+def _non_negative(operand, ix: MethodIndex, depth: int = 0) -> bool:
+    """Proven a non-negative Python number: a positive one, a tensor's size, its power."""
+    number = numeric(operand) if isinstance(operand, (Const, Sym)) else None
+    if number is not None:
+        return number >= 0
+    node = ix.defs.get(operand.name) if isinstance(operand, Var) and depth < 8 else None
+    if node is None or node.kind != "op" or not _is_number(operand, ix):
+        return False
+    if node.op in (".size", ".dim", ".numel", "len"):
+        return True
+    if node.op == "pow" and len(node.inputs) == 2:
+        return _non_negative(node.inputs[0], ix, depth + 1)
+    return _positive(operand, ix, depth)
+
+
+def _scaled_after_fill(match: Match, ix: MethodIndex) -> str | None:
+    """A factor scaling the scores after their `masked_fill` (`$s3s`, LoFTR's `softmax(temp * s)` of
+    the filled scores) is part of the kernel's scale, which SDPA applies before its mask, where the
+    fill is -inf and the factor a proven positive Python number: -inf times it stays -inf (a finite
+    fill times a small factor would no longer drop the keys, a negative factor would raise them). An
+    additive mask before it would be scaled too, which the kernel's is not."""
+    if "s3s" not in match.nodes:
+        return None
+    if "mask" in match.bindings or "mask2" in match.bindings:
+        return "the scores are scaled after an additive mask, which the kernel adds after its scale"
+    if "s3" not in match.nodes:
+        return None
+    factor = match.bindings.get("factor3")
+    if not _fill_is_infinite(match.bindings.get("fill")):
+        return "the scores are scaled after a `masked_fill` whose value is not -inf"
+    if factor is None or not _positive(factor, ix):
+        return f"the factor `{render(factor) if factor is not None else '?'}` scaling the filled scores is not " \
+            "provably a positive number"
+    return None
+
+
+CHECKS["scores_permuted_back"] = _scores_permuted_back
+CHECKS["scaled_after_fill"] = _scaled_after_fill
 
 
 _TEMP = re.compile(r"_t\d+$")  # the extractor's name for a value the source does not name

@@ -85,6 +85,9 @@ class Match:
     optional_through: dict[str, str] = field(default_factory=dict)
     # score factors applied on one branch only: binding -> (the condition's text, the branch taken)
     conditional: dict[str, tuple[str, bool]] = field(default_factory=dict)
+    # masks held in the layout of permuted scores: binding -> the method call that moves its axes to
+    # the kernel's layout (`.permute(0, 3, 1, 2)`)
+    relayout: dict[str, str] = field(default_factory=dict)
     # unmatched nodes a constraint found computing only arguments the rewrite drops (a tuple of axes
     # the kernel is told as a shape): removed with the match where nothing else reads them
     companions: list[Node] = field(default_factory=list)
@@ -984,7 +987,7 @@ def match_method(rule: Rule, index: MethodIndex, relaxed: bool = False) -> list[
 def _introducing_statements(pattern: Pattern) -> list[tuple[str, tuple[str, ...]]]:
     """For each free variable that an optional statement reads first and later optional statements
     read too: (that statement's key, the later ones' keys). The first introduces the value the later
-    ones refer to (`$p3 = masked_fill($p2, mask=$fmask, value=0)?` refills under the mask that
+    ones refer to (`$pz = masked_fill($p2, mask=$fmask, value=0)?` refills under the mask that
     `$s3 = masked_fill(..., mask=$fmask, ...)?` applied), so a match without it matches none of them
     (a required statement reading the variable binds it on its own: `mul($x, $r)` where the optional
     `$xf = .float($x)?` is absent)."""

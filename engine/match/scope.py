@@ -409,16 +409,17 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding | N
                     # `if s.dtype == torch.float16:` choosing between two spellings of the softmax
                     # that the rewrite makes one: the `if` goes with its branches, emptied
                     continue
-                check = _shape_check(use, ix)
-                if check is not None:
-                    # `if attn_weights.size() != (...): raise ValueError(...)`: a validation of an
-                    # intermediate that the kernel makes moot; the rewrite removes the check
-                    finding.checks.append(check)
-                    continue
                 needed = dict(implied)
                 for c in use.guard:
                     needed[c.id] = c.taken
                 conflict = any(match.conditions.get(cid, taken) != taken for cid, taken in needed.items())
+                check = _shape_check(use, ix) if not conflict else None
+                if check is not None:
+                    # `if attn_weights.size() != (...): raise ValueError(...)`: a validation of an
+                    # intermediate that the kernel makes moot; the rewrite removes the check (a read
+                    # on another path than the match's is no check: the original code runs there)
+                    finding.checks.append(check)
+                    continue
                 if conflict and rule.detect_only:
                     continue  # that use runs on another path than the match
                 # A rewrite removes the intermediate on every path where its producer runs, so a
@@ -654,21 +655,23 @@ def _cast_of(value: Var, subject: Var, ix: MethodIndex) -> bool:
         and node.inputs[0] == subject
 
 
-# optional statements that only scale the scores, and the binding holding each one's factor
-_SCALE_STEPS = {"s1": ("factor", "tdiv_number"), "s1b": ("factor2",)}
+# optional statements that only scale the scores or drop out the probabilities, and the binding
+# holding each one's factor or probability
+_FLAGGED_STEPS = {"s1": ("factor", "tdiv_number"), "s1b": ("factor2",), "s3s": ("factor3",), "p2": ("dp",)}
 
 
 def _conditional_factor(match: Match, cid: int, taken: bool, siblings: list[Match], ix: MethodIndex) -> bool:
-    """A decision is covered when it only chooses whether a score factor applies: the match holds an
-    optional scale step on that branch, and a sibling match is the same but for that step, on the
-    other branch. The kernel's scale is then that factor there and 1.0 elsewhere. The condition must
-    read no tracked data (a flag such as `self.scale_attn_weights`): the kernel call evaluates it
-    again, later, where an intermediate it read may be gone."""
+    """A decision is covered when it only chooses whether a score factor or a dropout applies: the
+    match holds an optional scale or dropout step on that branch, and a sibling match is the same
+    but for that step, on the other branch. The kernel's scale is then that factor there and 1.0
+    elsewhere, its dropout probability that one there and 0.0 elsewhere. The condition must read no
+    tracked data (a flag such as `self.scale_attn_weights`, `self.use_dropout`): the kernel call
+    evaluates it again, later, where an intermediate it read may be gone."""
     text = match.cond_text.get(cid, "")
     phi = ix.phi_of(cid)
     if not text or text.startswith(HELPER_CONDITION) or (phi is not None and phi.kwarg("test") is not None):
         return False
-    for step, names in _SCALE_STEPS.items():
+    for step, names in _FLAGGED_STEPS.items():
         node = match.nodes.get(step)
         factor = next((n for n in names if n in match.bindings), None)
         if node is None or factor is None or not any(c.id == cid and c.taken == taken for c in node.guard):
@@ -740,7 +743,7 @@ def _find_rule(rule: Rule, indexes: list[MethodIndex], near_misses: bool) -> lis
                 by_root.setdefault(id(m.root), []).append(m)
         for group in by_root.values():
             # the fullest match (most nodes) of a root is the one to rewrite
-            best = max(group, key=_fullness)
+            best = max(group, key=lambda m, ix=ix: _fullness(m, ix))
             key = best.location_key
             previous = chosen.get(key)
             # a location seen both in a helper's own body and inlined into a caller: keep the
@@ -791,23 +794,27 @@ def _least_guarded(best: Match, ix: MethodIndex, group: list[Match]) -> Finding 
     fullest first, for synthesis to fall back on (`fallback`)."""
     finding = analyse(best, ix, group)
     chosen = best
+
+    def fullness(m: Match) -> tuple:
+        return _fullness(m, ix)
+
     if finding is not None and finding.status == "near-miss" and any(k in best.nodes for k in _VIEW_STEPS):
         # a mask added through views the kernel cannot take (a 5-D window view of 4-D scores): the
         # match without those steps keeps the original where the mask is added, as before
         plain = [m for m in group if not any(k in m.nodes for k in _VIEW_STEPS)]
         if plain:
-            candidate = analyse(max(plain, key=_fullness), ix, group)
+            candidate = analyse(max(plain, key=fullness), ix, group)
             if candidate is not None and candidate.status in ("rewritten", "guarded"):
-                finding, chosen = candidate, max(plain, key=_fullness)
+                finding, chosen = candidate, max(plain, key=fullness)
     if finding is not None and finding.status == "guarded" and all(name in best.bindings for name in _SUMMED):
         single = [m for m in group if m is not best and not all(name in m.bindings for name in _SUMMED)]
         if single:
-            other = max(single, key=_fullness)
+            other = max(single, key=fullness)
             candidate = analyse(other, ix, group)
             if candidate is not None and candidate.status in ("rewritten", "guarded"):
                 finding, chosen = candidate, other
     if finding is not None and finding.status in ("rewritten", "guarded"):
-        others = sorted((m for m in group if m is not chosen and m is not best), key=_fullness, reverse=True)
+        others = sorted((m for m in group if m is not chosen and m is not best), key=fullness, reverse=True)
         finding.fallbacks = [(m, ix, group) for m in others[:_FALLBACKS]]
     return finding
 
@@ -829,8 +836,15 @@ def fallback(finding: Finding) -> Finding | None:
     return None
 
 
-def _fullness(m: Match) -> tuple:
-    return (m.pattern is None or m.pattern.near_miss is None, len(m.nodes), -len(m.extra_conditions))
+# constraints on how the match reads the scores' layout and order of steps: a reading they refuse
+# (another value's product permuted and added to the scores, taken for the scores; a scale after an
+# additive mask taken for a scale after the fill) gives way to a less full one of the same root
+_READINGS = ("scores_permuted_back", "scaled_after_fill")
+
+
+def _fullness(m: Match, ix: MethodIndex) -> tuple:
+    readable = not any(constraints.CHECKS[name](m, ix) for name in _READINGS if name in m.rule.constraints)
+    return (m.pattern is None or m.pattern.near_miss is None, readable, len(m.nodes), -len(m.extra_conditions))
 
 
 def _in_helper_of(small: Finding, large: Finding) -> bool:

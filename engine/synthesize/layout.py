@@ -18,7 +18,10 @@ rules/sdpa-attention.rule):
     (`'bihd,bjhd->bhij'`) gets that permute as a `transpose(1, 2)` or `permute(...)`, and a batch
     axis it lacks (a multi-query key, `'b h i d, b j d -> b h i j'`) as `unsqueeze(p)` expanded to
     the size another operand has there (the fused kernels take no broadcast heads); an einsum output
-    permuted back is permuted back after the kernel.
+    permuted back is permuted back after the kernel;
+  * `$s0p` and `$p3` bound (the scores permuted after the product, the probabilities permuted back):
+    each mask of the permuted scores is moved to the kernel's layout as constraint
+    `scores_permuted_back` recorded (`match.relayout`).
 
 Only the transposes the layout needs are emitted; a match in the kernel's layout renders unchanged.
 
@@ -147,6 +150,8 @@ def _lowered(match: Match, name: str, render: Callable[[Operand], str]) -> tuple
 def lookup(match: Match, base: Callable[[str], str | None],
            render: Callable[[Operand], str]) -> Callable[[str], str | None]:
     """The template lookup with the layout's adaptations applied to `$q`, `$k` and `$v`."""
+    if match.relayout:
+        base = _relaid(match, base)
     lowered = {name: _lowered(match, name, render) for name in ("q", "k", "v")}
 
     def size_of(position: int) -> str | None:
@@ -186,11 +191,13 @@ def lookup(match: Match, base: Callable[[str], str | None],
                 return f"{text} if {text} is not None else 0.0"
             return text
         if name == "factor":  # the score factors in series, each as the branch it runs on says
-            texts = {n: base(n) for n in ("factor", "tdiv_number", "factor2")}
+            texts = {n: base(n) for n in ("factor", "tdiv_number", "factor2", "factor3")}
             if texts["tdiv_number"] is not None:  # `s / torch.full([], n)`: the factor 1 / n
                 texts["tdiv_number"] = f"1 / {_atom(texts['tdiv_number'])}"
             terms = [_conditional(match, n, t) for n, t in texts.items() if t is not None]
             return " * ".join(terms) if terms else None
+        if name in ("dp", "dtraining") and "dp" in match.conditional:
+            return _conditional_dropout(match, name, base(name))
         if name not in ("q", "k", "v"):
             return base(name)
         swap = (name == "k" and _needs_key_swap(match)) or (name == "v" and "pt" in match.nodes)
@@ -231,6 +238,18 @@ def lookup(match: Match, base: Callable[[str], str | None],
         return text
 
     return adapted
+
+
+def _relaid(match: Match, base: Callable[[str], str | None]) -> Callable[[str], str | None]:
+    """`base` with each mask held in the layout of permuted scores moved to the kernel's (constraint
+    `scores_permuted_back`)."""
+
+    def lookup(name: str) -> str | None:
+        text = base(name)
+        moved = match.relayout.get(name)
+        return _atom(text) + moved if text is not None and moved else text
+
+    return lookup
 
 
 def sequence_axis(match: Match, name: str) -> tuple[Operand, int] | None:
@@ -284,6 +303,19 @@ def _conditional(match: Match, name: str, text: str | None) -> str | None:
     cond, taken = match.conditional[name]
     yes, no = (text, "1.0") if taken else ("1.0", text)
     return f"({yes} if {cond} else {no})"
+
+
+def _conditional_dropout(match: Match, name: str, text: str | None) -> str | None:
+    """The kernel's dropout where the code drops out only on one branch of an `if` (`if
+    self.use_dropout: a = self.dropout(a)`): the module's training flag holds only there
+    (`$dtraining`), or, for a dropout that always drops, the probability is 0.0 elsewhere."""
+    cond, taken = match.conditional["dp"]
+    when = _atom(cond) if taken else f"not {_atom(cond)}"
+    if text is None:
+        return None
+    if name == "dtraining":
+        return f"{when} and {_atom(text)}"
+    return text if "dtraining" in match.bindings else f"({text} if {when} else 0.0)"
 
 
 _CASTS = {".to", ".float", ".double", ".half", ".bfloat16", ".type"}
