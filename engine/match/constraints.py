@@ -500,7 +500,7 @@ def _fully_masked_rows_keep_original(match: Match, ix: MethodIndex) -> str | Non
     if "pz" in match.nodes:
         match.bindings["nan_rows"] = Const(0.0)
     elif "fmask" in match.bindings and all(_fill_is_infinite(v) for v in _fill_values(match.bindings.get("fill"), ix)):
-        match.bindings["nan_rows"] = Sym("float('nan')")
+        match.bindings["nan_rows"] = Sym('float("nan")')
     return None
 
 
@@ -825,7 +825,7 @@ def _fused_where_params_live(match: Match, ix: MethodIndex) -> str | None:
         return why
     name = params.name.partition(".")[0]
     match.bindings["fused"] = Sym(f"all(p.device.type in {_FUSED_DEVICES} for g in {name} "
-                                  f"for p in (g['params'] if isinstance(g, dict) else [g]))")
+                                  f'for p in (g["params"] if isinstance(g, dict) else [g]))')
     return None
 
 

@@ -5,14 +5,19 @@ repository's line length and quote style; the rest of the file is never reformat
 come from the nearest `pyproject.toml` (`[tool.ruff]`, `[tool.black]`), `ruff.toml`/`.ruff.toml`
 or `setup.cfg`/`tox.ini`/`.flake8` (`max-line-length`) above the scanned path. Without any, the
 file itself says what its project accepts: the smallest common limit (88, 100, 119, 120) that 99%
-of its lines keep to (a file written to 119 columns is not wrapped at 88), and quotes as written.
+of its lines keep to (a file written to 119 columns is not wrapped at 88), and the quotes that
+nine in ten of its one-line strings use (else quotes as written): a template's `'params'` is then
+written `"params"` in a file of double-quoted strings, and the other way round.
 """
 
 from __future__ import annotations
 
 import configparser
 import functools
+import io
+import re
 import subprocess
+import tokenize
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +41,7 @@ class Style:
             return self
         typical = lengths[min(len(lengths) - 1, int(len(lengths) * 0.99))]
         limit = next((n for n in COMMON_LIMITS if typical <= n), COMMON_LIMITS[-1])
-        return Style(max(limit, self.line_length), self.quote_style, None)
+        return Style(max(limit, self.line_length), _quotes_of(text) or self.quote_style, None)
 
     def format_statement(self, code: str, indent: int) -> str:
         """`code` (one statement, not indented) laid out for a line length of the repository's
@@ -44,9 +49,41 @@ class Style:
         width = max(self.line_length - indent, 20)
         one_line = "\n" not in code.rstrip("\n")
         trailing_comma = ",)" in code.replace(" ", "")  # the author's exploded call: laid out again
-        if one_line and len(code.rstrip("\n")) <= width and not trailing_comma:
+        other_quote = {"double": "'", "single": '"'}.get(self.quote_style)
+        if one_line and len(code.rstrip("\n")) <= width and not trailing_comma \
+                and (other_quote is None or other_quote not in code):
             return code
         return _ruff_format(code, width, self.quote_style)
+
+
+_PREFIX = re.compile(r"[A-Za-z]*")
+QUOTE_SHARE = 0.9  # of a file's one-line strings, what makes their quote the file's style
+
+
+def _quotes_of(text: str) -> str | None:
+    """"double" or "single" where at least nine in ten of the file's one-line string literals
+    (those that could be written either way: no quote of the other kind inside) use that quote."""
+    counts = {'"': 0, "'": 0}
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(text).readline):
+            if token.type != tokenize.STRING:
+                continue
+            body = token.string[_PREFIX.match(token.string).end():]  # type: ignore[union-attr]
+            if body[:3] in ('"""', "'''") or len(body) < 2:
+                continue
+            quote, other = body[0], "'" if body[0] == '"' else '"'
+            if other not in body:
+                counts[quote] += 1
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        return None
+    total = counts['"'] + counts["'"]
+    if total == 0:
+        return None
+    if counts['"'] >= QUOTE_SHARE * total:
+        return "double"
+    if counts["'"] >= QUOTE_SHARE * total:
+        return "single"
+    return None
 
 
 @functools.lru_cache(maxsize=1)

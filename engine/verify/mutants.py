@@ -136,7 +136,7 @@ def fix_up_dropped(text: str) -> str | None:
         elif where is not None:
             args[i], changed = f"attn_mask={where.group('rest').strip()}", True
     after = text[end:]
-    tail = re.match(r"\s*\.masked_fill\(" + _ROWS + r",\s*float\('nan'\)\)", after, re.S)
+    tail = re.match(r"\s*\.masked_fill\(" + _ROWS + r",\s*float\((?:'nan'|\"nan\")\)\)", after, re.S)
     if tail is not None:
         after, changed = after[tail.end():], True
     if not changed:

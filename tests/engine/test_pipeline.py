@@ -54,7 +54,7 @@ def test_one_candidate_per_rule_per_file_each_rewriting_only_its_rule(minigpt: P
     by_id = {g.id: g for g in groups}
     sdpa, gelu = by_id["sdpa-attention"].text, by_id["gelu-tanh"].text
     assert "scaled_dot_product_attention" in sdpa and "torch.tanh(" in sdpa  # GELU formula kept
-    assert "approximate='tanh'" in gelu and "scaled_dot_product_attention" not in gelu
+    assert 'approximate="tanh"' in gelu and "scaled_dot_product_attention" not in gelu
     # both together is exactly what the scan produced with both rules
     assert pipeline.combined_files(result, groups, ["sdpa-attention", "gelu-tanh"], minigpt) == result.files
     assert pipeline.combined_files(result, groups, ["gelu-tanh"], minigpt) == {"model.py": gelu}
@@ -121,7 +121,7 @@ def test_cli_verify_json_reports_each_applied_rule_passed(minigpt: Path, tmp_pat
     assert verification["combined"]["passed"] is True  # both together, re-synthesized
     assert data["benchmark"] is None and data["decision"]["open_pr"] is False  # not measured
     patch = (tmp_path / "patch.diff").read_text()
-    assert "scaled_dot_product_attention" in patch and "approximate='tanh'" in patch
+    assert "scaled_dot_product_attention" in patch and 'approximate="tanh"' in patch
     body = report.read_text()
     assert "✅ passed" in body and "all accepted together" in body
 
@@ -148,7 +148,7 @@ def test_wrong_rewrite_is_caught_dropped_and_reported(minigpt: Path, tmp_path: P
     assert "sdpa-attention" in verification["dropped"]
     assert verification["accepted"] == ["gelu-tanh"] and verification["rules"]["gelu-tanh"]["passed"] is True
     patch = (tmp_path / "patch.diff").read_text()
-    assert "scaled_dot_product_attention" not in patch and "approximate='tanh'" in patch
+    assert "scaled_dot_product_attention" not in patch and 'approximate="tanh"' in patch
     assert data["decision"]["open_pr"] is False
     body = report.read_text()
     assert "Dropped from this pull request" in body and "`sdpa-attention`" in body and "❌ failed" in body

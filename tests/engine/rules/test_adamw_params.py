@@ -284,7 +284,7 @@ def test_a_list_made_of_parameters_passed_in_does_not_look_into_groups():
     )
     findings, new = _rewrite(code)
     assert [f.status for f in findings] == ["rewritten"], findings
-    assert "isinstance(p, dict)" in new and "g['params']" not in new
+    assert "isinstance(p, dict)" in new and "g['params']" not in new and 'g["params"]' not in new
     given = lambda m: [{"params": (p for p in m[0].parameters())}, {"params": m[1].parameters()}]  # noqa: E731
     model_a, opt_a = _std_steps(_load(code)["get_std_opt"], given)
     model_b, opt_b = _std_steps(_load(new)["get_std_opt"], given)

@@ -36,6 +36,8 @@ def test_fix_up_dropped_undoes_each_part_of_the_exact_form():
     out = MUTANTS["fully masked rows' fix-up dropped"](FIXED_UP)
     assert out == ("        y = F.scaled_dot_product_attention(q, k, v, attn_mask=~(m == 0), scale=0.125)"
                    "  # (B, nh, T, hs)\n")
+    # a file of double-quoted strings gets the NaN rows written float("nan")
+    assert MUTANTS["fully masked rows' fix-up dropped"](FIXED_UP.replace("float('nan')", 'float("nan")')) == out
     where = ("y = F.scaled_dot_product_attention(q, k, v, attn_mask=torch.where(d.all(-1, keepdim=True), 0.0, "
              "torch.where(d, float('-inf'), bias)))\n")
     assert MUTANTS["fully masked rows' fix-up dropped"](where) == \
