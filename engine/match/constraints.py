@@ -68,11 +68,11 @@ def _fill_is_minus_infinity(match: Match, ix: MethodIndex) -> str | None:
     if value is None:
         return None
     values = _fill_values(value, ix)
-    text = getattr(value, "text", getattr(value, "value", value))
+    text = _dim_text(value, ix) if isinstance(value, Var) else repr(getattr(value, "text", getattr(value, "value", value)))
     if not all(_drops_keys(v, ix) for v in values):
-        return f"masked_fill value {text!r} is not -inf"
+        return f"masked_fill value {text} is not -inf"
     if len({_fill_is_infinite(v) for v in values}) > 1 and "pz" not in match.nodes:
-        return (f"masked_fill value {text!r} is -inf on some paths of `__init__` and finite on others: rows whose "
+        return (f"masked_fill value {text} is -inf on some paths of `__init__` and finite on others: rows whose "
                 "every key is masked are NaN on the one and the average of v on the other")
     return None
 
@@ -153,7 +153,19 @@ def rank_of(operand, ix: MethodIndex) -> int | None:
     return ix.shapes.rank(operand)
 
 
-def _dim_text(dim) -> str:
+def _dim_text(dim, ix: MethodIndex | None = None) -> str:
+    """An operand as a reason quotes it: a constant's value, an expression's text, a variable by its
+    source name (`dim`, not the SSA `dim.1`), a value extraction computed by what computed it
+    (`` `neginf(...)` at line 249 ``), never an object's repr."""
+    if isinstance(dim, Var):
+        base = dim.name.split(".", 1)[0]
+        node = ix.defs.get(dim.name) if ix is not None else None
+        line = f" at line {node.pos.line}" if node is not None and node.pos is not None else ""
+        if node is not None and re.fullmatch(r"_t\d+", base) and node.kind == "op":
+            return f"`{node.op}(...)`{line}"
+        if base == "_if":  # extraction's name for the merge of a conditional expression
+            return f"a conditional expression{line}"
+        return base
     return str(getattr(dim, "text", getattr(dim, "value", dim)))
 
 
@@ -161,7 +173,7 @@ def _last_dim(match: Match, ix: MethodIndex) -> str | None:
     """`$dim` is the last dimension of `$x`: -1, or d where `$x` provably has d + 1 dimensions."""
     dim = match.bindings.get("dim")
     if not isinstance(dim, Const) or isinstance(dim.value, bool) or not isinstance(dim.value, int):
-        return f"dim={_dim_text(dim)} is not a constant"
+        return f"dim={_dim_text(dim, ix)} is not a constant"
     if ix.shapes.is_last(match.bindings.get("x"), dim):
         return None
     rank = rank_of(match.bindings.get("x"), ix)
@@ -209,7 +221,7 @@ def _softmax_over_key_axis(match: Match, ix: MethodIndex) -> str | None:
         layer = ix.layer_for(soft)
         dim = layer.kwarg("dim", layer.args[0] if layer is not None and layer.args else None) if layer else None
     if not isinstance(dim, Const) or isinstance(dim.value, bool) or not isinstance(dim.value, int):
-        return f"softmax dim={_dim_text(dim)} is not a constant"
+        return f"softmax dim={_dim_text(dim, ix)} is not a constant"
     facts = ix.shapes
     product = facts.shape(Var(scores.outputs[0]))
     source = soft.inputs[0] if soft.inputs else None
