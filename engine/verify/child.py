@@ -29,6 +29,7 @@ import json
 import math
 import os
 import platform
+import random
 import resource
 import sys
 import time
@@ -455,6 +456,21 @@ def loss_of(output, built: Built | None = None, inputs=None):
 _DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
+RUN_SEED = 2024  # every compared run draws the same random numbers, on either side
+
+
+def seed_run(seed: int = RUN_SEED) -> None:
+    """Seed every generator a model may draw from in training mode: torch's, Python's and, where the
+    model's code imported it, numpy's global one (Wav2Vec2's SpecAugment draws its time masks and
+    their count from `np.random`; unseeded, the original's and the rewrite's runs masked different
+    frames on some runs and compared different functions)."""
+    torch.manual_seed(seed)
+    random.seed(seed)
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed(seed)
+
+
 def run_once(built: Built, model, inputs, *, dtype: str, train: bool, step: bool, device: str = "cpu",
              step_grads: dict | None = None, loss_fn=None) -> dict:
     """Forward, backward (and one optimizer step) of a copy of ``model``; tensors by name.
@@ -471,6 +487,7 @@ def run_once(built: Built, model, inputs, *, dtype: str, train: bool, step: bool
     if torch_dtype == torch.float64:
         torch.set_default_dtype(torch.float64)  # tensors the model creates itself follow
     try:
+        seed_run()
         output = call(model, inputs)
         loss = loss_fn(output) if loss_fn is not None else loss_of(output, built, inputs)
         if loss_fn is None or loss.requires_grad:  # a probe whose outputs all lost their gradient
