@@ -960,23 +960,36 @@ class _MethodExtractor:
             self.notes.append(f"line {stmt.lineno}: match statement not followed")
         return guard
 
-    def in_place_fill(self, e: ast.expr, scope: _Scope) -> ast.Call | None:
-        """`name.masked_fill_(...)` on a local of this function's own body, as the out-of-place call."""
+    def in_place_fill(self, e: ast.expr, scope: _Scope) -> ast.expr | None:
+        """`name.masked_fill_(...)` (or `.mul_(x)`, `.add_(x)`, ...) on a local of this function's own
+        body, as the out-of-place call."""
         if not (type(e) is ast.Call and type(e.func) is ast.Attribute and e.func.attr in _IN_PLACE
                 and type(e.func.value) is ast.Name and e.func.value.id in scope.env) or self.inline_stack:
             return None
+        if e.func.attr in _IN_PLACE_ARITHMETIC:
+            if len(e.args) != 1 or e.keywords or type(e.args[0]) is ast.Starred:
+                return None
+            # `s.mul_(x)` as `s * x`: the operator's reading (a number folded into a scale) applies
+            op = ast.copy_location(_IN_PLACE_OPERATORS[e.func.attr](), e)
+            binop = ast.copy_location(ast.BinOp(e.func.value, op, e.args[0]), e)
+            self.src.made.extend((op, binop))
+            return binop
         func = ast.copy_location(ast.Attribute(e.func.value, _IN_PLACE[e.func.attr], ast.Load()), e.func)
         call = ast.copy_location(ast.Call(func, e.args, e.keywords), e)
         self.src.made.extend((func, call))
         return call
 
-    def fill_in_place(self, stmt: ast.Expr, fill: ast.Call, scope: _Scope, guard: tuple[Cond, ...]) -> None:
+    def fill_in_place(self, stmt: ast.Expr, fill: ast.expr, scope: _Scope, guard: tuple[Cond, ...]) -> None:
         """`s.masked_fill_(m, v)` is `s = s.masked_fill(m, v)` where that is exact: the tensor was
         computed here by an op that makes a new one and nothing may hold it under another name, so no
         other value sees the change. Otherwise the call stays in place, a statement reading `s`."""
-        target = fill.func.value  # type: ignore[attr-defined]
+        target = fill.left if type(fill) is ast.BinOp else fill.func.value  # type: ignore[attr-defined]
         before = scope.env[target.id]
+        count = len(self.nodes)
         value = self.expr(fill, scope, guard)
+        if len(self.nodes) == count:  # nothing computed (an operand folded away): the call stays in place
+            self.expr(stmt.value, scope, guard)
+            return
         node = self.nodes[-1]
         if type(value) is Var and node.outputs == (value.name,) and self._unaliased(before, node):
             self.bind(target, value, None, scope, guard, stmt)
@@ -1885,7 +1898,12 @@ _AST = ast.AST
 _MAY_NAME_A_LAYER = {ast.Name, ast.Attribute, ast.Subscript}  # what `layer_target` can resolve
 # in-place tensor methods read as their out-of-place form where the tensor has no alias
 # (`_MethodExtractor.in_place_fill`): the fill keeps the tensor's dtype either way
-_IN_PLACE = {"masked_fill_": "masked_fill"}
+_IN_PLACE = {"masked_fill_": "masked_fill", "mul_": "mul", "div_": "div", "add_": "add", "sub_": "sub"}
+# of those, the arithmetic ones: read out of place only with one operand and no keyword (`add_(y,
+# alpha=2)` stays in place); with a tensor of a wider dtype the in-place result keeps the narrower
+# one, which the out-of-place form widens: a rounding difference, not another value
+_IN_PLACE_ARITHMETIC = {"mul_", "div_", "add_", "sub_"}
+_IN_PLACE_OPERATORS = {"mul_": ast.Mult, "div_": ast.Div, "add_": ast.Add, "sub_": ast.Sub}
 # ops whose result is a tensor of its own, never a view of an operand
 _FRESH_TENSOR = {"matmul", "add", "sub", "mul", "div", "scale", "neg", "masked_fill", "torch.cat", "torch.where",
                  "torch.baddbmm", "softmax"}  # (not an einsum: `torch.einsum('ij->ji', x)` is a view of x)

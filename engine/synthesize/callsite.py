@@ -40,6 +40,14 @@ class _Binding:
     stmt: ast.stmt
 
 
+def _is_shape(value: ast.expr) -> bool:
+    """`x.shape` or `x.size()`: a tuple of sizes that indexing reads one by one."""
+    if isinstance(value, ast.Attribute):
+        return value.attr == "shape"
+    return isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "size" \
+        and not value.args and not value.keywords
+
+
 class Translation:
     """A helper's expressions in its caller's terms, for one call of it.
 
@@ -199,9 +207,12 @@ class Translation:
             if isinstance(target, ast.Name) and target.id == name:
                 return _Binding(place, value, stmt)
             if isinstance(target, ast.Tuple) and any(isinstance(t, ast.Name) and t.id == name for t in target.elts):
+                k = next(j for j, t in enumerate(target.elts) if isinstance(t, ast.Name) and t.id == name)
                 if isinstance(value, ast.Tuple) and len(value.elts) == len(target.elts):
-                    k = next(j for j, t in enumerate(target.elts) if isinstance(t, ast.Name) and t.id == name)
                     return _Binding(place, value.elts[k], stmt)
+                if _is_shape(value) and not any(isinstance(t, ast.Starred) for t in target.elts):
+                    # `B, L, H, E = x.shape`: `E` is `x.shape[3]` (the unpacking proves the length)
+                    return _Binding(place, ast.Subscript(value, ast.Constant(k), ast.Load()), stmt)
                 return _Binding(place, None, stmt)
         elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.target.id == name:
             return _Binding(place, stmt.value, stmt)

@@ -330,9 +330,13 @@ def _upcast(match: Match) -> bool:
     return v is None or v.op != q.op or v.inputs[1:] != q.inputs[1:] or v.kwargs != q.kwargs
 
 
-def upcast_result(match: Match, code: str, value: str | None) -> str:
-    """The kernel's result back in the value's dtype where `$v` was cast up for it."""
-    if value is None or not _upcast(match):
+def upcast_result(match: Match, code: str, value_of: Callable[[], str | None]) -> str:
+    """The kernel's result back in the value's dtype where `$v` was cast up for it (`value_of`
+    renders `$v`; only called then, since rendering a helper's operand at its call emits locals)."""
+    if not _upcast(match):
+        return code
+    value = value_of()
+    if value is None:
         return code
     return f"{_atom(code)}.to({_atom(value)}.dtype)"
 

@@ -872,8 +872,8 @@ class Synthesizer:
                 or not small.value.with_changes(lpar=[], rpar=[]).deep_equals(call_expr):
             raise SynthesisError("the helper's result is not assigned by a statement of its own")
         target = small.targets[0].target
-        names = list(target.elements) if isinstance(target, cst.Tuple) else [target]
-        if not all(isinstance(getattr(e, "value", e), cst.Name) for e in names):
+        names = [e.value for e in target.elements] if isinstance(target, cst.Tuple) else [target]
+        if not all(isinstance(e, cst.Name) for e in names):
             raise SynthesisError("the helper's result is not assigned to plain names")
         func = call_expr.func
         bound_self = isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self"
@@ -903,7 +903,7 @@ class Synthesizer:
             raise SynthesisError(f"cannot be written at the call of `{helper}`: {exc}") from exc
         texts = [_tidy_assignment(text) for text in translation.preamble()]
         for i, name in enumerate(names):
-            written = cst.Module([]).code_for_node(getattr(name, "value", name))
+            written = name.value
             texts.append(f"{written} = {new_code if i == position else 'None'}")
         for text in texts:
             try:
@@ -934,7 +934,7 @@ class Synthesizer:
         code = layout.result(match, render_template(
             template, layout.lookup(match, lambda name: self.lookup(name, match, expr),
                                     lambda operand: self.render(operand, match))))
-        return layout.upcast_result(match, code, self.lookup("v", match, expr))
+        return layout.upcast_result(match, code, lambda: self.lookup("v", match, expr))
 
     def _guard(self, finding: Finding, stmt: cst.CSTNode) -> cst.BaseExpression | None:
         """The guarded finding's condition for keeping the original at `stmt`, or None where the

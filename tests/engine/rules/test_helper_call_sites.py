@@ -1,0 +1,147 @@
+"""Attention computed whole in a helper method whose result the caller assigns to one name
+(`out = self.reprogramming(q, k, v)`, TimeLLM's reprogramming layer): the key and value carry no batch
+axis (`(S, H, E)`, shared by every sample), which only the caller's `view`s prove, so the rewrite is
+written at the call. Two things used to stop it: a call assigned to a single name was refused ("not
+assigned to plain names": only tuple targets were read), and a size the helper unpacks from a shape
+(`B, L, H, E = q.shape`) was taken for a value chosen by a branch. Rendering `$v` for a dtype cast
+that was not needed also emitted the helper's scores and probabilities as dead statements at the
+call. Original and rewritten run against each other in float64, eval and train (dropout 0)."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.scan import scan_source, select_rules
+
+torch = pytest.importorskip("torch")
+
+pytestmark = pytest.mark.torch
+
+SOURCE = """
+import math
+import torch
+import torch.nn as nn
+
+
+class Reprogramming(nn.Module):
+    def __init__(self, d_model, n_heads, d_llm, p=0.0):
+        super().__init__()
+        d_keys = d_model // n_heads
+        self.query_projection = nn.Linear(d_model, d_keys * n_heads)
+        self.key_projection = nn.Linear(d_llm, d_keys * n_heads)
+        self.value_projection = nn.Linear(d_llm, d_keys * n_heads)
+        self.n_heads = n_heads
+        self.dropout = nn.Dropout(p)
+
+    def forward(self, target, source, value):
+        B, L, _ = target.shape
+        S, _ = source.shape
+        H = self.n_heads
+        target = self.query_projection(target).view(B, L, H, -1)
+        source = self.key_projection(source).view(S, H, -1)
+        value = self.value_projection(value).view(S, H, -1)
+        out = self.reprogramming(target, source, value)
+        return out.reshape(B, L, -1)
+
+    def reprogramming(self, target, source, value):
+        B, L, H, E = target.shape
+        scale = 1.0 / math.sqrt(E)
+        scores = torch.einsum("blhe,she->bhls", target, source)
+        A = self.dropout(torch.softmax(scale * scores, dim=-1))
+        return torch.einsum("bhls,she->blhe", A, value)
+"""
+
+
+def _rewrite(source: str):
+    findings, new = scan_source(source, select_rules("sdpa-attention"), "case.py", "case")
+    return [f for f in findings if f.rule_id == "sdpa-attention"], new
+
+
+def _forward(text: str) -> str:
+    return text.split("def forward", 1)[1].split("def reprogramming", 1)[0]
+
+
+def test_a_helper_assigned_to_one_name_is_rewritten_at_its_call():
+    findings, new = _rewrite(SOURCE)
+    assert [f.status for f in findings] == ["rewritten"]
+    caller = _forward(new)
+    assert "out = nn.functional.scaled_dot_product_attention(" in caller
+    assert "self.reprogramming(" not in caller
+    # the size unpacked in the helper is read from the caller's tensor
+    assert "math.sqrt(target.shape[3])" in caller
+    # nothing of the helper's scores or probabilities is computed at the call
+    assert "einsum" not in caller and "softmax" not in caller
+    assert _rewrite(new)[1] == new
+
+
+def test_rewritten_equals_original_eval_and_train():
+    _, new = _rewrite(SOURCE)
+    original, rewritten = {}, {}
+    exec(compile(SOURCE, "<original>", "exec"), original)  # noqa: S102 - test code written in this file
+    exec(compile(new, "<rewritten>", "exec"), rewritten)  # noqa: S102
+    for mode in (False, True):
+        torch.manual_seed(0)
+        a = original["Reprogramming"](16, 4, 12).double().train(mode)
+        r = rewritten["Reprogramming"](16, 4, 12).double().train(mode)
+        r.load_state_dict(a.state_dict())
+        target = torch.randn(3, 5, 16, dtype=torch.float64)
+        source, value = torch.randn(7, 12, dtype=torch.float64), torch.randn(7, 12, dtype=torch.float64)
+        ta, tb = target.clone().requires_grad_(), target.clone().requires_grad_()
+        out_a, out_b = a(ta, source, value), r(tb, source, value)
+        torch.testing.assert_close(out_b, out_a, rtol=1e-10, atol=1e-12)
+        weight = torch.randn(out_a.shape, dtype=torch.float64)
+        (out_a * weight).sum().backward()
+        (out_b * weight).sum().backward()
+        torch.testing.assert_close(tb.grad, ta.grad, rtol=1e-10, atol=1e-12)
+
+
+def test_a_starred_unpacking_in_the_helper_stays_a_near_miss():
+    source = SOURCE.replace("B, L, H, E = target.shape", "*_, E = target.shape")
+    findings, new = _rewrite(source)
+    assert [f.status for f in findings] == ["near-miss"] and new == source
+
+
+# An in-place scale of the scores (`attn_score.mul_(self.scale)`, neuralforecast's TFT) is a new
+# value where nothing else holds the tensor: read as `attn_score * self.scale`, the number folds
+# into the kernel's scale like the operator's spelling.
+IN_PLACE_SCALE = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Attn(nn.Module):
+    def __init__(self, n_head, d_head):
+        super().__init__()
+        self.n_head = n_head
+        self.d_head = d_head
+        self.scale = d_head ** -0.5
+
+    def forward(self, q, k, v):
+        bs, t, _ = q.shape
+        q = q.view(bs, t, self.n_head, self.d_head)
+        k = k.view(bs, t, self.n_head, self.d_head)
+        v = v.view(bs, t, self.n_head, self.d_head)
+        attn_score = torch.matmul(q.permute((0, 2, 1, 3)), k.permute((0, 2, 3, 1)))
+        attn_score.mul_(self.scale)
+        attn_prob = F.softmax(attn_score, dim=3)
+        return torch.matmul(attn_prob, v.permute(0, 2, 1, 3))
+"""
+
+
+def test_an_in_place_scale_of_fresh_scores_is_folded_into_the_kernel():
+    findings, new = _rewrite(IN_PLACE_SCALE)
+    assert [f.status for f in findings] == ["rewritten"]
+    assert "mul_" not in new and "scale=self.scale" in new
+    original, rewritten = {}, {}
+    exec(compile(IN_PLACE_SCALE, "<original>", "exec"), original)  # noqa: S102 - test code written in this file
+    exec(compile(new, "<rewritten>", "exec"), rewritten)  # noqa: S102
+    q, k, v = (torch.randn(2, 5, 12, dtype=torch.float64) for _ in range(3))
+    torch.testing.assert_close(rewritten["Attn"](3, 4)(q, k, v), original["Attn"](3, 4)(q, k, v))
+
+
+def test_an_in_place_scale_of_an_aliased_tensor_stays_in_place():
+    source = IN_PLACE_SCALE.replace("        attn_score.mul_(self.scale)\n",
+                                    "        kept = attn_score\n        attn_score.mul_(self.scale)\n")
+    findings, new = _rewrite(source)
+    assert all(f.status == "near-miss" for f in findings) and new == source
