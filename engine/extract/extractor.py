@@ -983,7 +983,8 @@ class _MethodExtractor:
         """`s.masked_fill_(m, v)` is `s = s.masked_fill(m, v)` where that is exact: the tensor was
         computed here by an op that makes a new one and nothing may hold it under another name, so no
         other value sees the change. Otherwise the call stays in place, a statement reading `s`."""
-        target = fill.left if type(fill) is ast.BinOp else fill.func.value  # type: ignore[attr-defined]
+        target = stmt.value.func.value  # type: ignore[attr-defined]  # the Name `s` of `s.<op>_(...)`
+        assert isinstance(target, ast.Name)
         before = scope.env[target.id]
         count = len(self.nodes)
         value = self.expr(fill, scope, guard)
