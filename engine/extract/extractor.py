@@ -963,10 +963,11 @@ class _MethodExtractor:
     def in_place_fill(self, e: ast.expr, scope: _Scope) -> ast.expr | None:
         """`name.masked_fill_(...)` (or `.mul_(x)`, `.add_(x)`, ...) on a local of this function's own
         body, as the out-of-place call."""
-        if not (type(e) is ast.Call and type(e.func) is ast.Attribute and e.func.attr in _IN_PLACE
+        if not (type(e) is ast.Call and type(e.func) is ast.Attribute
+                and (e.func.attr in _IN_PLACE or e.func.attr in _IN_PLACE_OPERATORS)
                 and type(e.func.value) is ast.Name and e.func.value.id in scope.env) or self.inline_stack:
             return None
-        if e.func.attr in _IN_PLACE_ARITHMETIC:
+        if e.func.attr in _IN_PLACE_OPERATORS:
             if len(e.args) != 1 or e.keywords or type(e.args[0]) is ast.Starred:
                 return None
             # `s.mul_(x)` as `s * x`: the operator's reading (a number folded into a scale) applies
@@ -1899,11 +1900,10 @@ _AST = ast.AST
 _MAY_NAME_A_LAYER = {ast.Name, ast.Attribute, ast.Subscript}  # what `layer_target` can resolve
 # in-place tensor methods read as their out-of-place form where the tensor has no alias
 # (`_MethodExtractor.in_place_fill`): the fill keeps the tensor's dtype either way
-_IN_PLACE = {"masked_fill_": "masked_fill", "mul_": "mul", "div_": "div", "add_": "add", "sub_": "sub"}
-# of those, the arithmetic ones: read out of place only with one operand and no keyword (`add_(y,
-# alpha=2)` stays in place); with a tensor of a wider dtype the in-place result keeps the narrower
-# one, which the out-of-place form widens: a rounding difference, not another value
-_IN_PLACE_ARITHMETIC = {"mul_", "div_", "add_", "sub_"}
+_IN_PLACE = {"masked_fill_": "masked_fill"}
+# in-place arithmetic read as its operator (`s.mul_(x)` as `s * x`), only with one operand and no
+# keyword (`add_(y, alpha=2)` stays in place); with a tensor of a wider dtype the in-place result keeps
+# the narrower one, which the operator widens: a rounding difference, not another value
 _IN_PLACE_OPERATORS = {"mul_": ast.Mult, "div_": ast.Div, "add_": ast.Add, "sub_": ast.Sub}
 # ops whose result is a tensor of its own, never a view of an operand
 _FRESH_TENSOR = {"matmul", "add", "sub", "mul", "div", "scale", "neg", "masked_fill", "torch.cat", "torch.where",
