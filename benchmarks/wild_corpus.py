@@ -10,7 +10,8 @@ speech, language), and `wild2`, fourteen more labelled later without looking at 
 protein structure, time series), and `wild3`, nine libraries held out and labelled the same way before
 the tool ran on them (speech: espnet; feature matching: kornia; video: pytorchvideo; music: demucs;
 NLP: allennlp; dialogue: parlai; vision pretraining: mmpretrain; text-to-image: dalle-pytorch;
-LLM fine-tuning: torchtune).
+LLM fine-tuning: torchtune), and `wild4`, five more held out the same way (vision: torchvision;
+tabular: pytorch-widedeep; speech separation: asteroid; NLP: stanza; time series: tsai).
 
     python benchmarks/wild_corpus.py              # score table, disagreements, compile/idempotence
     python benchmarks/wild_corpus.py --set wild2  # one set only
@@ -151,6 +152,25 @@ PACKAGES: tuple[Package, ...] = (
                 "vision_transformer", "_export/attention"))
             + tuple(f"torchtune/models/{m}.py" for m in (
                 "gemma/rms_norm", "gemma2/_attention", "t5/_encoder", "clip/_text_encoder")), "wild3"),
+    # wild4: held out, labelled by reading the code, by what a correct rewrite could do, before the tool ran on it
+    Package("torchvision", "torchvision", "0.20.1", "vision", tuple(f"torchvision/{m}.py" for m in (
+        "models/swin_transformer", "models/maxvit", "models/video/swin_transformer", "models/video/mvit",
+        "ops/misc")), "wild4"),
+    Package("pytorch-widedeep", "pytorch-widedeep", "1.6.5", "tabular",
+            tuple(f"pytorch_widedeep/{m}.py" for m in (
+                "models/tabular/transformers/_attention_layers", "models/tabular/mlp/_attention_layers",
+                "models/rec/din", "training/_base_trainer", "training/_base_bayesian_trainer",
+                "self_supervised_training/_base_contrastive_denoising_trainer",
+                "self_supervised_training/_base_encoder_decoder_trainer")), "wild4"),
+    Package("asteroid", "asteroid", "0.7.0", "speech separation",
+            ("asteroid/masknn/norms.py", "asteroid/masknn/attention.py", "asteroid/masknn/activations.py"), "wild4"),
+    Package("stanza", "stanza", "1.10.1", "NLP (parsing)", tuple(f"stanza/models/{m}.py" for m in (
+        "constituency/partitioned_transformer", "constituency/label_attention", "constituency/transformer_tree_stack",
+        "common/relative_global_attn", "common/seq2seq_modules", "common/utils", "coref/model",
+        "coref/word_encoder")), "wild4"),
+    Package("tsai", "tsai", "0.4.0", "time series", tuple(f"tsai/models/{m}.py" for m in (
+        "TST", "PatchTST", "TabTransformer", "TSPerceiver", "TabFusionTransformer", "RNNAttention", "RNNAttentionPlus",
+        "ConvTranPlus", "layers")), "wild4"),
 )
 SETS: tuple[str, ...] = tuple(dict.fromkeys(p.set for p in PACKAGES))
 
