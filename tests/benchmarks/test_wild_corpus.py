@@ -27,6 +27,8 @@ cannot be (video-diffusion: q reassigned by a rotary embedding after its scale)
 
 wild3 (allennlp, parlai, mmpretrain, dalle-pytorch, torchtune so far), labelled before the tool ran
 on it, has its own figures: on 2026-12-02 TP 29  FP 0  FN 16   P 1.000  R 0.644.
+wild4 (torchvision, pytorch-widedeep, asteroid, stanza, tsai), held out the same way, has its own
+figures too: on 2026-12-03, at its first scan, TP 11  FP 0  FN 11   P 1.000  R 0.500.
 
 No look-alike is rewritten. Raise the figures when the engine improves; never lower them to
 let a change through. Every rewritten file must also compile and be left alone by a second scan."""
@@ -80,9 +82,11 @@ def _at_least(result: W.Score, tp: int, fp: int, fn: int, precision: float, reca
 def test_precision_and_recall_against_the_labels(scanned, labels):
     _, scans = scanned
     every_site = [s for scan in scans for s in scan.sites]
-    # the figures below were set on wild1 and wild2; wild3, labelled later, has a ratchet of its own
+    # the figures below were set on wild1 and wild2; wild3 and wild4, labelled later, have ratchets of their own
     wild3 = W.score(W.set_labels(labels, "wild3"), W.set_sites(every_site, "wild3"))
     _at_least(wild3, 43, 0, 35, 1.0, 0.55, "wild3")
+    wild4 = W.score(W.set_labels(labels, "wild4"), W.set_sites(every_site, "wild4"))
+    _at_least(wild4, 11, 0, 11, 1.0, 0.5, "wild4")
     labels = W.set_labels(labels, "wild1") + W.set_labels(labels, "wild2")
     sites = W.set_sites(every_site, "wild1") + W.set_sites(every_site, "wild2")
     _at_least(W.score(labels, sites), 128, 0, 4, 1.0, 0.96, "all")
