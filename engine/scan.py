@@ -92,7 +92,7 @@ def _find(fm: FileModel, text: str, rules: list[Rule], parsed=None) -> list[Find
     """The rules' findings in one extracted file, fallbacks of a fused path beside them marked
     `already-fused` (never rewritten), and those the source suppresses marked `suppressed`.
     `parsed`: the file's `ast` parse made on first use (`LazyParse`), shared with synthesis."""
-    with numbers.source(fm.path, text):  # call sites and attributes read from the source
+    with numbers.source(fm.path, text, parsed):  # call sites and attributes read from the source
         findings = find([fm], rules)
     mark_already_fused(text, fm.module, findings, {r.id: r.kernel for r in rules if r.kernel}, parsed)
     apply_suppressions(findings, text)

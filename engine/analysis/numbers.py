@@ -22,7 +22,7 @@ import ast
 import itertools
 import operator
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from functools import lru_cache
@@ -40,13 +40,16 @@ SCALE_FLOAT_KERNELS = frozenset({
 _MATH_NUMBER = re.compile(r"math\.(sqrt|log|log2|log10|exp|pow|isqrt|pi|e|inf|tau)(\(.*\))?")
 _ARITHMETIC = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow)
 
-_SOURCE: ContextVar[tuple[str, str] | None] = ContextVar("adopter_source", default=None)
+_SOURCE: ContextVar[tuple[str, str, Callable[[], ast.Module | None] | None] | None] = ContextVar(
+    "adopter_source", default=None)
 
 
 @contextmanager
-def source(path: str, text: str) -> Iterator[None]:
-    """Make the source text of the file at `path` known to the facts while matching it."""
-    token = _SOURCE.set((path, text))
+def source(path: str, text: str, parsed: Callable[[], ast.Module | None] | None = None) -> Iterator[None]:
+    """Make the source text of the file at `path` known to the facts while matching it. `parsed`:
+    the caller's parse of `text` (made on first call, None where it does not parse), so that the
+    facts read the same tree instead of parsing the file again."""
+    token = _SOURCE.set((path, text, parsed))
     try:
         yield
     finally:
@@ -58,7 +61,7 @@ def tree_of(path: str) -> ast.Module | None:
     known = _SOURCE.get()
     if known is None or known[0] != path:
         return None
-    return _parse(known[1])
+    return known[2]() if known[2] is not None else _parse(known[1])
 
 
 @lru_cache(maxsize=8)

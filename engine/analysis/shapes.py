@@ -118,6 +118,14 @@ _PARAM_WRAPPERS = {"torch.nn.Parameter", "torch.nn.parameter.Parameter"}
 _TUPLE_OPS = {".unbind", "torch.unbind", ".chunk", ".split", "torch.chunk", "torch.split", ".tensor_split"}
 
 
+@lru_cache(maxsize=8)
+def _shielded_lines(tree: ast.Module) -> tuple[tuple[int, int], ...]:
+    """The line ranges of `tree`'s `with` bodies and of `try` bodies with handlers (where an error
+    raised could be caught), one walk per parsed file, shared by all its methods' facts."""
+    return tuple((b.body[0].lineno, b.body[-1].end_lineno or b.body[-1].lineno) for b in ast.walk(tree)
+                 if isinstance(b, (ast.With, ast.AsyncWith)) or isinstance(b, (ast.Try, ast.TryStar)) and b.handlers)
+
+
 class ShapeFacts:
     """The shape facts of one method (and its class's `__init__` for parameters)."""
 
@@ -423,9 +431,7 @@ class ShapeFacts:
         if self._unpacks is None:
             self._unpacks = {}
             tree = numbers.tree_of(self.method.pos.file) if self.method.pos is not None else None
-            shielded = [] if tree is None else [
-                (b.body[0].lineno, b.body[-1].end_lineno or b.body[-1].lineno) for b in ast.walk(tree)
-                if isinstance(b, (ast.With, ast.AsyncWith)) or isinstance(b, (ast.Try, ast.TryStar)) and b.handlers]
+            shielded = [] if tree is None else _shielded_lines(tree)
             for node in self.method.nodes:
                 whole = (node.op == "getattr" and node.inputs[1:] == (Const("shape"),)) or (
                     node.op == ".size" and len(node.inputs) == 1 and not node.kwargs)

@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import configparser
 import functools
-import io
 import re
 import subprocess
-import tokenize
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,26 +54,28 @@ class Style:
         return _ruff_format(code, width, self.quote_style)
 
 
-_PREFIX = re.compile(r"[A-Za-z]*")
 QUOTE_SHARE = 0.9  # of a file's one-line strings, what makes their quote the file's style
+# what Python's tokenizer reads as a comment or a string literal (the prefix letters before a quote
+# do not matter here), scanned left to right: a quote inside a comment or inside another string is
+# never the start of one
+_LEXEME = re.compile("|".join((
+    r"#[^\n]*",  # a comment
+    r'"""(?:\\.|[^\\])*?"""', r"'''(?:\\.|[^\\])*?'''",  # triple-quoted strings
+    r'"(?:\\.|[^"\\\n])*"', r"'(?:\\.|[^'\\\n])*'",  # one-line strings
+)), re.DOTALL)
 
 
 def _quotes_of(text: str) -> str | None:
     """"double" or "single" where at least nine in ten of the file's one-line string literals
     (those that could be written either way: no quote of the other kind inside) use that quote."""
     counts = {'"': 0, "'": 0}
-    try:
-        for token in tokenize.generate_tokens(io.StringIO(text).readline):
-            if token.type != tokenize.STRING:
-                continue
-            body = token.string[_PREFIX.match(token.string).end():]  # type: ignore[union-attr]
-            if body[:3] in ('"""', "'''") or len(body) < 2:
-                continue
-            quote, other = body[0], "'" if body[0] == '"' else '"'
-            if other not in body:
-                counts[quote] += 1
-    except (tokenize.TokenError, SyntaxError, IndentationError):
-        return None
+    for match in _LEXEME.finditer(text):
+        body = match.group()
+        if body[0] == "#" or body[:3] in ('"""', "'''"):
+            continue
+        quote, other = body[0], "'" if body[0] == '"' else '"'
+        if other not in body:
+            counts[quote] += 1
     total = counts['"'] + counts["'"]
     if total == 0:
         return None

@@ -79,6 +79,19 @@ def test_a_file_without_configuration_is_held_to_the_length_it_keeps_to():
     assert configured.for_text(("y = " + "a" * 110 + "\n") * 50) is configured
 
 
+def test_the_quote_style_is_read_from_string_literals_only():
+    single = "x = 'a'\ny = 'b'\n" * 10
+    assert Style().for_text(single).quote_style == "single"
+    # quotes in comments, inside docstrings and inside other strings are not literals of their own
+    noise = '# "c" "d" "e"\n"""a "doc" string\n"x" "y"\n"""\nz = \'say "hi"\'\n'
+    assert Style().for_text(single + noise * 10).quote_style == "single"
+    # an escaped quote does not end a literal; a prefix does not change its quote
+    assert Style().for_text("p = r'\\' \"'\nq = b'x'\n" * 10).quote_style == "single"
+    assert Style().for_text('a = "1"\nb = f"{a}"\n' * 10).quote_style == "double"
+    # a mix under nine in ten keeps the configured default
+    assert Style().for_text("a = 'x'\nb = \"y\"\n" * 10).quote_style == "preserve"
+
+
 def test_repository_configuration_sets_the_line_length(tmp_path):
     from engine.synthesize.style import find_style
 
