@@ -118,12 +118,25 @@ _PARAM_WRAPPERS = {"torch.nn.Parameter", "torch.nn.parameter.Parameter"}
 _TUPLE_OPS = {".unbind", "torch.unbind", ".chunk", ".split", "torch.chunk", "torch.split", ".tensor_split"}
 
 
+_BODIES = ("body", "orelse", "finalbody", "handlers", "cases")
+
+
 @lru_cache(maxsize=8)
 def _shielded_lines(tree: ast.Module) -> tuple[tuple[int, int], ...]:
     """The line ranges of `tree`'s `with` bodies and of `try` bodies with handlers (where an error
-    raised could be caught), one walk per parsed file, shared by all its methods' facts."""
-    return tuple((b.body[0].lineno, b.body[-1].end_lineno or b.body[-1].lineno) for b in ast.walk(tree)
-                 if isinstance(b, (ast.With, ast.AsyncWith)) or isinstance(b, (ast.Try, ast.TryStar)) and b.handlers)
+    raised could be caught), found once per parsed file for all its methods' facts. Only statement
+    bodies are visited: a `with` or `try` is a statement, never inside an expression."""
+    ranges = []
+    todo: list[ast.AST] = [tree]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.With, ast.AsyncWith)) or isinstance(node, (ast.Try, ast.TryStar)) and node.handlers:
+            ranges.append((node.body[0].lineno, node.body[-1].end_lineno or node.body[-1].lineno))
+        for field in _BODIES:
+            block = getattr(node, field, None)
+            if isinstance(block, list):
+                todo.extend(block)
+    return tuple(ranges)
 
 
 class ShapeFacts:
