@@ -20,7 +20,7 @@ import ast
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from engine.dsl.ir import LayerDef
 from engine.extract.imports import module_name_for
@@ -44,6 +44,9 @@ class PackageIndex:
         self._module_of = module_of
         self._parsed: dict[str, tuple[str, ast.Module] | None] = {}
         self._layers: dict[tuple[str, str], tuple[LayerDef, ...] | None] = {}
+        self._found: dict[tuple[str, str], tuple[str, str] | None] = {}  # (module, name) -> lookup's answer
+        self._modules: dict[tuple[str, int, str], str | None] = {}  # (folder, level, module) -> its file
+        self._tables: list[tuple[ast.Module, dict[str, list[ast.stmt]] | None]] = []  # see `binding`
         self._busy: set[tuple[str, str]] = set()  # classes whose layers are being computed (a cycle)
 
     def module_of(self, rel: str) -> str:
@@ -105,6 +108,17 @@ class PackageIndex:
 
     # -- names -------------------------------------------------------------------------------
 
+    def binding(self, tree: ast.Module, name: str) -> ast.stmt | None:
+        """The one statement of the module `tree`'s top level that binds `name`; None where none or
+        several do, or where a star import may. The last trees' tables are kept (a file's classes
+        ask one after another)."""
+        table = next((t for held, t in self._tables if held is tree), False)
+        if table is False:
+            table = _bindings(tree)
+            self._tables = [(tree, table), *self._tables[:7]]  # holding the tree keeps its identity
+        statements = table.get(name, ()) if table is not None else ()
+        return statements[0] if len(statements) == 1 else None
+
     def resolve(self, rel: str, tree: ast.Module, expr: ast.expr) -> tuple[str, str] | None:
         """(file, class name) of the class that `expr` (a name or a dotted chain of names) stands
         for in the module `rel`, where another file of the repository defines it; else None."""
@@ -116,7 +130,7 @@ class PackageIndex:
             return None
         chain.append(expr.id)
         chain.reverse()
-        binding = _binding(tree, chain[0])
+        binding = self.binding(tree, chain[0])
         if isinstance(binding, ast.ImportFrom):
             alias = next(a for a in binding.names if (a.asname or a.name) == chain[0])
             target = self.module_file(rel, binding.level, binding.module or "")
@@ -138,48 +152,54 @@ class PackageIndex:
     def lookup(self, rel: str, name: str, hops: int) -> tuple[str, str] | None:
         """Where the name `name` of module `rel` is a class: defined there, or re-exported from
         another module of the repository by an explicit import."""
+        key = (rel, name)
+        if key in self._found:
+            return self._found[key]
         found = self.source(rel)
         if found is None or hops > MAX_HOPS:
             return None
-        binding = _binding(found[1], name)
+        answer: tuple[str, str] | None = None
+        binding = self.binding(found[1], name)
         if isinstance(binding, ast.ClassDef):
-            return rel, name
-        if isinstance(binding, ast.ImportFrom):
+            answer = rel, name
+        elif isinstance(binding, ast.ImportFrom):
             alias = next(a for a in binding.names if (a.asname or a.name) == name)
             target = self.module_file(rel, binding.level, binding.module or "")
-            return self.lookup(target, alias.name, hops + 1) if target is not None else None
-        return None
+            answer = self.lookup(target, alias.name, hops + 1) if target is not None else None
+        self._found[key] = answer
+        return answer
 
     def module_file(self, rel: str, level: int, module: str) -> str | None:
         """The repository's file of the module `module` imported from file `rel` (`level` dots of a
         relative import): `a/b.py` or `a/b/__init__.py`. An absolute module is looked for under the
         repository's root and every folder holding `rel`; None unless exactly one file is found."""
+        folders = rel.split("/")[:-1]
+        key = ("/".join(folders), level, module)
+        if key in self._modules:
+            return self._modules[key]
         parts = [p for p in module.split(".") if p]
-        folder = PurePosixPath(rel).parent
         if level:
-            for _ in range(level - 1):
-                if folder == PurePosixPath("."):
-                    return None  # above the repository
-                folder = folder.parent
-            anchors = [folder]
+            if level - 1 > len(folders):
+                return None  # above the repository
+            anchors = [folders[:len(folders) - (level - 1)]]
         else:
-            if not parts:
-                return None
-            anchors = [folder, *folder.parents]
+            anchors = [folders[:i] for i in range(len(folders), -1, -1)] if parts else []
         found: set[str] = set()
         for anchor in anchors:
-            stem = anchor.joinpath(*parts) if parts else anchor
+            stem = "/".join([*anchor, *parts])
             for candidate in (f"{stem}.py", f"{stem}/__init__.py") if parts else (f"{stem}/__init__.py",):
-                candidate = PurePosixPath(candidate).as_posix()
+                candidate = candidate.lstrip("/")
                 if candidate in self.files:
                     found.add(candidate)
-        return found.pop() if len(found) == 1 else None
+        answer = found.pop() if len(found) == 1 else None
+        self._modules[key] = answer
+        return answer
 
 
-def _binding(tree: ast.Module, name: str) -> ast.stmt | None:
-    """The one statement of the module's top level (inside `if`/`try` too) that binds `name`; None
-    where none or several do, or where a star import may."""
-    found: list[ast.stmt] = []
+def _bindings(tree: ast.Module) -> dict[str, list[ast.stmt]] | None:
+    """Each name the module's top level binds (inside `if`, `try`, loops and `with` too) -> the
+    statements binding it; None where a star import may bind any name."""
+    found: dict[str, list[ast.stmt]] = {}
     todo: list[ast.stmt] = list(tree.body)
     while todo:
         stmt = todo.pop()
@@ -188,23 +208,29 @@ def _binding(tree: ast.Module, name: str) -> ast.stmt | None:
         if isinstance(stmt, (ast.Import, ast.ImportFrom)):
             for alias in stmt.names:
                 bound = alias.asname or (alias.name.partition(".")[0] if isinstance(stmt, ast.Import) else alias.name)
-                if bound == name:
-                    found.append(stmt)
+                found.setdefault(bound, []).append(stmt)
         elif isinstance(stmt, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-            if stmt.name == name:
-                found.append(stmt)
-        elif isinstance(stmt, ast.If):
-            todo.extend(stmt.body)
-            todo.extend(stmt.orelse)
-        elif isinstance(stmt, ast.Try):
-            todo.extend(stmt.body)
-            for handler in stmt.handlers:
+            found.setdefault(stmt.name, []).append(stmt)
+        else:
+            for target in _targets(stmt):  # an assignment, a loop, a `with` or a `del`
+                for n in ast.walk(target):
+                    if isinstance(n, ast.Name):
+                        found.setdefault(n.id, []).append(stmt)
+            for block in ("body", "orelse", "finalbody"):  # `if`, `try`, `for`, `while`, `with`
+                todo.extend(getattr(stmt, block, ()))
+            for handler in getattr(stmt, "handlers", ()):
                 todo.extend(handler.body)
-            todo.extend(stmt.orelse)
-            todo.extend(stmt.finalbody)
-        elif any(isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load) for n in ast.walk(stmt)):
-            found.append(stmt)  # an assignment, a loop, a `with` or a `del` binding it
-    return found[0] if len(found) == 1 else None
+    return found
+
+def _targets(stmt: ast.stmt) -> list[ast.expr]:
+    """The names a statement other than an import or a definition assigns to (or deletes)."""
+    if isinstance(stmt, (ast.Assign, ast.Delete)):
+        return stmt.targets
+    if isinstance(stmt, (ast.AnnAssign, ast.AugAssign, ast.For, ast.AsyncFor)):
+        return [stmt.target]
+    if isinstance(stmt, (ast.With, ast.AsyncWith)):
+        return [item.optional_vars for item in stmt.items if item.optional_vars is not None]
+    return []
 
 
 _CURRENT: ContextVar[PackageIndex | None] = ContextVar("adopter_package", default=None)
