@@ -71,6 +71,12 @@ def test_subclass_fires_thanks_to_the_base_init_of_another_file(tmp_path):
     result = scan_path(root, rules="sdpa-attention")
     assert "scaled_dot_product_attention" in result.files["pkg/models/window.py"]
     assert "pkg/layers/base.py" not in result.files  # the base itself has no attention to rewrite
+    # verification rewrites each rule's files again on their own, with the same repository
+    from engine.pipeline import rewrite_groups
+
+    groups, notes = rewrite_groups(result, root)
+    assert [g.file for g in groups] == ["pkg/models/window.py"] and not notes
+    assert groups[0].text == result.files["pkg/models/window.py"]
     # the same file scanned alone knows nothing of `self.softmax`: no rewrite
     alone, _ = scan_source((root / "pkg/models/window.py").read_text(), select_rules("sdpa-attention"),
                            "pkg/models/window.py", "pkg.models.window")
