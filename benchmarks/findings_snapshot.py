@@ -22,17 +22,38 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def _files() -> list[tuple[str, Path, str]]:
+def _files() -> list[tuple[str, Path, str, str]]:
+    """(name in the snapshot, path, module, the name's first folder: the package it belongs to)."""
     from benchmarks import corpus, wild_corpus
 
     out = []
     for path in corpus.all_files():
         rel = path.relative_to(corpus.CACHE).as_posix()
-        out.append((rel, path, corpus_module(path)))
+        out.append((rel, path, corpus_module(path), str(corpus.CACHE / rel.partition("/")[0])))
     for pkg in wild_corpus.PACKAGES:
         for rel, path in wild_corpus.package_files(pkg):
-            out.append((f"{pkg.name}/{rel}", path, wild_corpus._module(rel)))
+            out.append((f"{pkg.name}/{rel}", path, wild_corpus._module(rel), str(wild_corpus.unpack(pkg))))
     return out
+
+
+_INDEXES: dict[str, object] = {}  # package folder -> its PackageIndex, once per worker
+
+
+def _index(name: str, root: str):
+    """The package's files, as a scan of its folder resolves base classes in them (named as the
+    snapshot names them: the package's folder, then the path inside it)."""
+    from engine.extract.package import PackageIndex
+
+    prefix = name.partition("/")[0] + "/"
+    if root not in _INDEXES:
+        base = Path(root)
+        files = [prefix + p.relative_to(base).as_posix() for p in sorted(base.rglob("*.py"))]
+        _INDEXES[root] = PackageIndex(base, files, lambda rel: _module_name(rel.removeprefix(prefix)), prefix)
+    return _INDEXES[root]
+
+
+def _module_name(rel: str) -> str:
+    return rel[:-3].replace("/", ".").removesuffix(".__init__")
 
 
 def corpus_module(path: Path) -> str:
@@ -40,16 +61,16 @@ def corpus_module(path: Path) -> str:
     return ".".join(parts[parts.index("transformers"):]) if "transformers" in parts else path.stem
 
 
-def _one(item: tuple[str, str, str]) -> tuple[str, dict]:
+def _one(item: tuple[str, str, str, str]) -> tuple[str, dict]:
     from engine.scan import scan_source, select_rules
 
     global _RULES
     if _RULES is None:  # once per worker: the rule files are read at the first file
         _RULES = select_rules("all")
-    rel, path, module = item
+    rel, path, module, root = item
     text = Path(path).read_text(encoding="utf-8", errors="replace")
     try:
-        findings, new = scan_source(text, _RULES, path=rel, module=module)
+        findings, new = scan_source(text, _RULES, path=rel, module=module, package=_index(rel, root))
     except Exception as exc:  # a crash is a result too
         return rel, {"error": f"{type(exc).__name__}: {exc}"}
     return rel, {
@@ -63,7 +84,7 @@ _RULES = None
 
 
 def snapshot(jobs: int = 2, only: list[str] | None = None) -> dict[str, dict]:
-    items = [(rel, str(path), module) for rel, path, module in _files()
+    items = [(rel, str(path), module, root) for rel, path, module, root in _files()
              if not only or any(o in rel for o in only)]
     with ProcessPoolExecutor(jobs) as pool:
         return dict(pool.map(_one, items, chunksize=4))

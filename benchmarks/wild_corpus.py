@@ -31,6 +31,7 @@ import argparse
 import csv
 import fnmatch
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -137,7 +138,8 @@ PACKAGES: tuple[Package, ...] = (
         "projects/personality_captions/transresnet/modules.py",
         "projects/image_chat/transresnet_multimodal/transresnet_multimodal.py"), "wild3"),
     Package("mmpretrain", "mmpretrain", "1.2.0", "vision (pretraining)",
-            ("mmpretrain/models/utils/attention.py", "mmpretrain/models/utils/norm.py")
+            ("mmpretrain/models/utils/attention.py", "mmpretrain/models/utils/norm.py",
+             "mmpretrain/models/utils/__init__.py")  # which re-exports the backbones' bases
             + tuple(f"mmpretrain/models/backbones/{m}.py" for m in (
                 "davit", "efficientformer", "hivit", "levit", "mixmim", "mvit", "twins", "vit_eva02", "vit_sam", "xcit",
                 "hornet", "resnest"))
@@ -214,11 +216,15 @@ def _wanted(name: str, pkg: Package) -> bool:
 
 
 def unpack(pkg: Package) -> Path:
-    """Unpack the selected files of one package (keeping its layout); return that folder."""
+    """Unpack the selected files of one package (keeping its layout); return that folder. The
+    folder's marker names the selection it holds: a changed selection is unpacked again."""
     dest = CACHE / f"{pkg.dist}-{pkg.version}"
     marker = dest / ".complete"
-    if marker.exists():
+    selection = "ok\n" + "".join(f"{pattern}\n" for pattern in pkg.include)
+    if marker.exists() and marker.read_text() == selection:
         return dest
+    if dest.exists():
+        shutil.rmtree(dest)
     archive = _archive(pkg)
     if archive.suffix == ".whl":
         with zipfile.ZipFile(archive) as zf:
@@ -235,7 +241,7 @@ def unpack(pkg: Package) -> Path:
                     source = tf.extractfile(member)
                     assert source is not None
                     target.write_bytes(source.read())
-    marker.write_text("ok\n")
+    marker.write_text(selection)
     return dest
 
 
@@ -302,16 +308,19 @@ def _module(rel: str) -> str:
 
 
 def scan_package(pkg: Package, rules) -> PackageScan:
+    from engine.extract.package import PackageIndex
     from engine.scan import scan_source
 
     out = PackageScan(pkg)
     start = time.perf_counter()
-    for rel, path in package_files(pkg):
+    files = package_files(pkg)
+    index = PackageIndex(unpack(pkg), [rel for rel, _ in files], _module)  # bases from the package's other files
+    for rel, path in files:
         text = path.read_text(encoding="utf-8")
         out.files += 1
         if "torch" not in text:
             continue
-        findings, new_text = scan_source(text, rules, rel, _module(rel))
+        findings, new_text = scan_source(text, rules, rel, _module(rel), index)
         for f in findings:
             lines = {f.line, f.end_line} | {p.line for p in f.locations if p.file in (rel, "", None)}
             out.sites.append(Site(pkg.name, rel, f.rule_id, f.status, f.line, f.end_line, frozenset(lines),

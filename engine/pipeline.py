@@ -78,7 +78,8 @@ def rewrite_groups(result: ScanResult, root: Path | str | None = None, rules: di
     for (rule_id, rel), findings in by_key.items():
         original = result.originals[rel]
         try:
-            _, text = scan_source(original, [rules[rule_id]], path=rel, module=_module_for(base, rel))
+            _, text = scan_source(original, [rules[rule_id]], path=rel, module=_module_for(base, rel),
+                                  package=result.package)
         except Exception as exc:  # a synthesis bug must not lose the other rewrites
             notes.append(f"{rule_id} in {rel}: could not be rewritten on its own: {type(exc).__name__}: {exc}")
             continue
@@ -112,7 +113,7 @@ def combined_files(result: ScanResult, groups: list[RewriteGroup], ids: list[str
             order = list(rules)  # the library's order, as in the scan
             chosen = [rules[r] for r in sorted(set(rule_ids), key=order.index)]
             _, text = scan_source(result.originals[rel], chosen, path=rel,
-                                  module=_module_for(base, rel))
+                                  module=_module_for(base, rel), package=result.package)
         except Exception as exc:
             raise MergeConflict(f"{rel}: rules {', '.join(rule_ids)} could not be applied together: {exc}") from exc
         files[rel] = text

@@ -11,7 +11,9 @@ from pathlib import Path
 
 from engine.analysis import numbers
 from engine.dsl.ir import Diagnostic, FileModel
+from engine.extract import package as repo_package
 from engine.extract.imports import module_name_for
+from engine.extract.package import PackageIndex
 from engine.match import Finding, find, load_rules
 from engine.match.fused import extract_parsed, mark_already_fused
 from engine.match.rule import Rule
@@ -59,6 +61,8 @@ class ScanResult:
     originals: dict[str, str] = field(default_factory=dict)  # relative path -> original text (changed files)
     diagnostics: list[Diagnostic] = field(default_factory=list)
     files_scanned: int = 0
+    # the repository's files, for base classes defined in another file (engine/extract/package.py)
+    package: PackageIndex | None = field(default=None, repr=False, compare=False)
 
     @property
     def diff(self) -> str:
@@ -99,14 +103,18 @@ def _find(fm: FileModel, text: str, rules: list[Rule], parsed=None) -> list[Find
     return findings
 
 
-def scan_source(text: str, rules: list[Rule], path: str = "model.py", module: str = "model") -> tuple[list[Finding], str]:
-    """Scan one source text; return the findings and the rewritten text (unchanged if none)."""
+def scan_source(text: str, rules: list[Rule], path: str = "model.py", module: str = "model",
+                package: PackageIndex | None = None) -> tuple[list[Finding], str]:
+    """Scan one source text; return the findings and the rewritten text (unchanged if none).
+    `package`: the repository the file at `path` belongs to, whose other files may define its
+    classes' bases (engine/extract/package.py)."""
     from engine.synthesize import apply_findings
 
-    fm, parsed = extract_parsed(text, path, module)  # one parse, for extraction and what follows
-    findings = _find(fm, text, rules, parsed)
-    rewrite = any(f.status in ("rewritten", "guarded") for f in findings)
-    new_text = apply_findings(text, findings, parsed=parsed) if rewrite else text
+    with repo_package.using(package):
+        fm, parsed = extract_parsed(text, path, module)  # one parse, for extraction and what follows
+        findings = _find(fm, text, rules, parsed)
+        rewrite = any(f.status in ("rewritten", "guarded") for f in findings)
+        new_text = apply_findings(text, findings, parsed=parsed) if rewrite else text
     return findings, new_text
 
 
@@ -145,66 +153,69 @@ def scan_path(root: Path | str, *, rules: str | list[Rule] = "default", include:
     base, paths = _python_files(root, result)
     modules: dict[str, str] = {}  # dotted module name -> relative path, for `# Copied from` marks
     marked: dict[str, str] = {}  # relative path -> text, of the files holding such marks
-    for index, path in enumerate(paths):
-        rel = path.relative_to(base).as_posix()
-        if not _included(rel, include, exclude):
-            continue
-        if progress is not None:
-            progress(index, len(paths), rel)
-        try:
-            size = path.stat().st_size
-            if size > MAX_FILE_BYTES:
-                result.diagnostics.append(Diagnostic(rel, 0, f"skipped: {size} bytes is over the {MAX_FILE_BYTES}-byte limit"))
+    # the repository's files, read only where a class derives from a class of another of them
+    result.package = PackageIndex(base, [p.relative_to(base).as_posix() for p in paths])
+    with repo_package.using(result.package):
+        for index, path in enumerate(paths):
+            rel = path.relative_to(base).as_posix()
+            if not _included(rel, include, exclude):
                 continue
-            raw = read_inside(base, rel)
-        except UnsafePath as exc:
-            result.diagnostics.append(Diagnostic(rel, 0, f"not read: {exc}", "error"))
-            continue
-        except OSError as exc:
-            result.diagnostics.append(Diagnostic(rel, 0, f"cannot read: {exc.strerror}", "error"))
-            continue
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            result.diagnostics.append(Diagnostic(rel, 0, "not UTF-8 text; skipped", "error"))
-            continue
-        if "torch" not in text and "nn." not in text:
-            result.files_scanned += 1
-            continue  # no PyTorch here: nothing any rule could match
-        module = module_name_for(path)
-        modules.setdefault(module, rel)
-        if "Copied from" in text:
-            marked[rel] = text
-        fm, parsed = extract_parsed(text, rel, module)  # one parse for every step
-        result.files_scanned += 1
-        result.diagnostics.extend(fm.diagnostics)
-        findings = _find(fm, text, chosen, parsed)
-        known_settings: dict[str, dict] = {}  # class -> its settings' defaults (engine/synthesize/defaults.py)
-        result.findings.extend(findings)
-        for f in findings:
-            requires = f.match.rule.requires if f.match is not None else ()
-            if f.status not in ("rewritten", "guarded") or not requires:
-                continue
-            refused = contract.refuses(requires) if contract is not None else None
-            if refused is not None:  # the rewrite would break the project's users on older torch
-                f.status, f.reason = "near-miss", f"not rewritten: {refused}"
-            else:
-                f.message = f"{f.message} (needs {', '.join(requires)})"
-        _never_runs(findings, path, text, known_settings)
-        if rewrite and any(f.status in ("rewritten", "guarded") for f in findings):
+            if progress is not None:
+                progress(index, len(paths), rel)
             try:
-                style = _style_for(styles, path)
-                new_text = apply_findings(text, findings, style, parsed=parsed)  # type: ignore[arg-type]
-                if _never_runs(findings, path, text, known_settings):  # synthesis chose another match, whose guard does
-                    new_text = apply_findings(text, findings, style)  # type: ignore[arg-type]
-            except Exception as exc:  # a synthesis bug must not lose the scan
-                result.diagnostics.append(Diagnostic(rel, 0, f"rewrite failed and was skipped: {exc}", "error"))
+                size = path.stat().st_size
+                if size > MAX_FILE_BYTES:
+                    result.diagnostics.append(Diagnostic(rel, 0, f"skipped: {size} bytes is over the {MAX_FILE_BYTES}-byte limit"))
+                    continue
+                raw = read_inside(base, rel)
+            except UnsafePath as exc:
+                result.diagnostics.append(Diagnostic(rel, 0, f"not read: {exc}", "error"))
                 continue
-            if new_text != text:
-                result.files[rel] = new_text
-                result.originals[rel] = text
-    if rewrite and marked:
-        _keep_copies_in_step(result, base, modules, marked, styles)
+            except OSError as exc:
+                result.diagnostics.append(Diagnostic(rel, 0, f"cannot read: {exc.strerror}", "error"))
+                continue
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                result.diagnostics.append(Diagnostic(rel, 0, "not UTF-8 text; skipped", "error"))
+                continue
+            if "torch" not in text and "nn." not in text:
+                result.files_scanned += 1
+                continue  # no PyTorch here: nothing any rule could match
+            module = module_name_for(path)
+            modules.setdefault(module, rel)
+            if "Copied from" in text:
+                marked[rel] = text
+            fm, parsed = extract_parsed(text, rel, module)  # one parse for every step
+            result.files_scanned += 1
+            result.diagnostics.extend(fm.diagnostics)
+            findings = _find(fm, text, chosen, parsed)
+            known_settings: dict[str, dict] = {}  # class -> its settings' defaults (engine/synthesize/defaults.py)
+            result.findings.extend(findings)
+            for f in findings:
+                requires = f.match.rule.requires if f.match is not None else ()
+                if f.status not in ("rewritten", "guarded") or not requires:
+                    continue
+                refused = contract.refuses(requires) if contract is not None else None
+                if refused is not None:  # the rewrite would break the project's users on older torch
+                    f.status, f.reason = "near-miss", f"not rewritten: {refused}"
+                else:
+                    f.message = f"{f.message} (needs {', '.join(requires)})"
+            _never_runs(findings, path, text, known_settings)
+            if rewrite and any(f.status in ("rewritten", "guarded") for f in findings):
+                try:
+                    style = _style_for(styles, path)
+                    new_text = apply_findings(text, findings, style, parsed=parsed)  # type: ignore[arg-type]
+                    if _never_runs(findings, path, text, known_settings):  # synthesis chose another match, whose guard does
+                        new_text = apply_findings(text, findings, style)  # type: ignore[arg-type]
+                except Exception as exc:  # a synthesis bug must not lose the scan
+                    result.diagnostics.append(Diagnostic(rel, 0, f"rewrite failed and was skipped: {exc}", "error"))
+                    continue
+                if new_text != text:
+                    result.files[rel] = new_text
+                    result.originals[rel] = text
+        if rewrite and marked:
+            _keep_copies_in_step(result, base, modules, marked, styles)
     return result
 
 

@@ -237,9 +237,10 @@ def _is_module_class(info: ClassInfo, classes: dict[str, ClassInfo], seen: set[s
 # Extraction of one file
 
 
-def extract_source(text: str, path: str = "<string>", module: str = "") -> FileModel:
+def extract_source(text: str, path: str = "<string>", module: str = "", package: Any = None) -> FileModel:
     """Extract the structure of every module class in `text`. A file that does not parse gives a
-    FileModel with one error diagnostic and no classes."""
+    FileModel with one error diagnostic and no classes. `package`: the repository's other files
+    (engine.extract.package.PackageIndex), whose classes this file's classes may derive from."""
     try:
         tree = ast.parse(text, filename=path)
     except SyntaxError as exc:
@@ -249,10 +250,10 @@ def extract_source(text: str, path: str = "<string>", module: str = "") -> FileM
         # the parser reports overflowing its own stack (thousands of nested lambdas) as MemoryError
         why = str(exc) if not isinstance(exc, MemoryError) else "nested too deeply for the parser's stack"
         return FileModel(path, module, (), (Diagnostic(path, 0, f"does not parse: {why}", "error"),))
-    return extract_tree(tree, text, path, module)
+    return extract_tree(tree, text, path, module, package)
 
 
-def extract_tree(tree: ast.Module, text: str, path: str = "<string>", module: str = "") -> FileModel:
+def extract_tree(tree: ast.Module, text: str, path: str = "<string>", module: str = "", package: Any = None) -> FileModel:
     """`extract_source` of `text` whose `ast` parse `tree` the caller has made already (a scan
     parses a file once for extraction and the steps after it). The tree is read, never changed."""
     src = Source(text, path)
@@ -262,11 +263,27 @@ def extract_tree(tree: ast.Module, text: str, path: str = "<string>", module: st
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _FileExtractor(tree, src, module, path.endswith("__init__.py")).run()
+        return _FileExtractor(tree, src, module, path.endswith("__init__.py"), package).run()
     finally:
         _VARS.clear()
         if gc_was_enabled:
             gc.enable()
+        _SOURCE.reset(token)
+
+
+def class_layers(tree: ast.Module, text: str, path: str, module: str, name: str,
+                 package: Any) -> tuple[LayerDef, ...] | None:
+    """The layers that the `__init__`s of the class `name` of this file and of its bases build: what
+    a subclass in another file of the repository inherits (engine.extract.package). None where the
+    file defines no such class."""
+    src = Source(text, path)
+    token = _SOURCE.set(src)
+    try:
+        fx = _FileExtractor(tree, src, module, path.endswith("__init__.py"), package)
+        if name not in fx.classes:
+            return None
+        return tuple(fx.chain_layers(fx.mro(name)))
+    finally:
         _SOURCE.reset(token)
 
 
@@ -311,10 +328,11 @@ def extract_path(path: str | Path) -> list[FileModel]:
 
 
 class _FileExtractor:
-    def __init__(self, tree: ast.Module, src: Source, module: str, is_package: bool) -> None:
+    def __init__(self, tree: ast.Module, src: Source, module: str, is_package: bool, package: Any = None) -> None:
         self.tree = tree
         self.src = src
         self.module = module
+        self.package = package  # engine.extract.package.PackageIndex: bases from the repository's other files
         self.imports = Imports(tree, module, is_package)
         self.functions: dict[str, ast.FunctionDef] = {}
         self.classes: dict[str, ClassInfo] = {}
@@ -466,14 +484,26 @@ class _FileExtractor:
 
     # -- classes ---------------------------------------------------------------------------
 
-    def extract_class(self, name: str, info: ClassInfo) -> ClassModel:
-        chain = self.mro(name)
+    def chain_layers(self, chain: list[ClassInfo]) -> list[LayerDef]:
+        """The layers the `__init__`s of the classes of `chain` (an MRO of this file's classes) build,
+        base classes' first: a base defined in another file of the repository before the class
+        deriving from it."""
         layers: list[LayerDef] = []
-        # layers built by base classes' __init__ first, then this class's own
         for klass in reversed(chain):
+            if self.package is not None:
+                for expr, base in zip(klass.node.bases, klass.bases):
+                    short = base.rpartition(".")[2]
+                    if base not in (short, f"{self.module}.{short}") and not base.startswith("torch."):
+                        layers.extend(self.package.base_layers(self.src.path, self.tree, expr))
             init = klass.methods.get("__init__")
             if init is not None:
                 layers.extend(self.init_layers(init))
+        return layers
+
+    def extract_class(self, name: str, info: ClassInfo) -> ClassModel:
+        chain = self.mro(name)
+        # layers built by base classes' __init__ first, then this class's own
+        layers = self.chain_layers(chain)
         if any(layer.type == "?" for layer in layers):  # the text search only where it can drop one
             called = _called_self_attrs(info.node, self.src)
             layers = [layer for layer in layers if layer.type != "?" or layer.attr in called]

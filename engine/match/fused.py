@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from engine.dsl.ir import FileModel, Var
-from engine.extract import extract_source, extract_tree
+from engine.extract import extract_source, extract_tree, package
 from engine.extract.imports import Imports
 
 # Library kernels that compute what a rule's kernel computes: a call of one of these (a qualified
@@ -323,10 +323,13 @@ class LazyParse:
 def extract_parsed(text: str, path: str, module: str) -> tuple[FileModel, LazyParse]:
     """The file's structure and its `ast` parse, made once for both: extraction reads the parse
     that the steps after matching (the already-fused check, synthesis) share. A text that does not
-    parse is extracted as `extract_source` does (its diagnostic)."""
+    parse is extracted as `extract_source` does (its diagnostic). Base classes from the repository's
+    other files are resolved where the scan made them known (engine.extract.package.using)."""
     parsed = LazyParse(text, path)
     tree = parsed()
-    return (extract_source(text, path, module) if tree is None else extract_tree(tree, text, path, module)), parsed
+    if tree is None:
+        return extract_source(text, path, module), parsed
+    return extract_tree(tree, text, path, module, package.current()), parsed
 
 
 def mark_already_fused(text: str, module: str, findings: list, kernels: dict[str, str],
