@@ -444,6 +444,21 @@ def attribute_values(tree: ast.Module, cls: str, attr: str) -> list[ast.expr] | 
     return arms
 
 
+def attribute_is_setting(tree: ast.Module, cls: str, attr: str) -> bool:
+    """Whether `self.<attr>` of class `cls` is a setting of the module: `__init__` assigns it on every
+    path (`attribute_values`) an integer literal or one of its own parameters,
+    never rebound, and nothing else writes it. Its value is then fixed when the module is built, so
+    a test of it (`self.dim != 2`) decides once for every call which code runs."""
+    init = _function(tree, cls, "__init__") if _class(tree, cls) is not None else None
+    arms = attribute_values(tree, cls, attr) if init is not None else None
+    if init is None or not arms:
+        return False
+    params = {a.arg for a in [*init.args.posonlyargs, *init.args.args, *init.args.kwonlyargs]} - {"self"}
+    rebound = {n.id for n in ast.walk(init) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    return all(_int_literal(arm) is not None or isinstance(arm, ast.Name) and arm.id in params - rebound
+               for arm in arms)
+
+
 def _construction_values(tree: ast.Module, cls: str, param: str, index: int | None,
                          default: ast.expr | None) -> frozenset[int] | None:
     imports = Imports(tree, "")

@@ -9,6 +9,7 @@ import re
 from collections.abc import Callable
 
 from engine.analysis.numbers import (
+    attribute_is_setting,
     attribute_values,
     function_attribute_cache,
     function_attribute_value,
@@ -50,9 +51,19 @@ def _drops_keys(value, ix: MethodIndex) -> bool:
 _SELF_ATTRIBUTE = re.compile(r"self\.([A-Za-z_]\w*)")
 
 
-def _fill_values(value, ix: MethodIndex) -> list:
-    """What a fill may be: itself, or for `self.<attr>` each value `__init__` assigns it on its paths
-    (engine.analysis.numbers.attribute_values: `-65000` for half parameters, else `-float("inf")`)."""
+def _fill_values(value, ix: MethodIndex, depth: int = 0) -> list:
+    """What a fill may be: itself; for `self.<attr>` each value `__init__` assigns it on its paths
+    (engine.analysis.numbers.attribute_values: `-65000` for half parameters, else `-float("inf")`);
+    for the result of a helper that returns one of several values, each of them (a fill chosen by
+    dtype, `neginf(s.dtype)` returning `-65504` for float16 and `-1e20` otherwise)."""
+    node = ix.defs.get(value.name) if isinstance(value, Var) and depth < 8 else None
+    if node is not None and node.kind == "phi" and node.inputs and node.kwarg("if") is None:
+        # the merge of an inlined helper's returns (a merge of the function's own branches has its
+        # decision, and the statements choosing its value would outlive the fill)
+        arms = [ix.defs.get(v.name) if isinstance(v, Var) else None for v in node.inputs]
+        if all(a is not None and a.kind == "op" and a.op == "assign" and len(a.inputs) == 1 and not a.kwargs
+               and isinstance(a.inputs[0], (Const, Sym)) for a in arms):
+            return [v for a in arms if a is not None for v in _fill_values(a.inputs[0], ix, depth + 1)]
     m = _SELF_ATTRIBUTE.fullmatch(value.text.replace(" ", "")) if isinstance(value, Sym) else None
     tree = tree_of(ix.file.path) if m is not None else None
     values = attribute_values(tree, ix.cls.name, m.group(1)) if tree is not None and m is not None else None
@@ -72,7 +83,8 @@ def _fill_is_minus_infinity(match: Match, ix: MethodIndex) -> str | None:
     if not all(_drops_keys(v, ix) for v in values):
         return f"masked_fill value {text} is not -inf"
     if len({_fill_is_infinite(v) for v in values}) > 1 and "pz" not in match.nodes:
-        return (f"masked_fill value {text} is -inf on some paths of `__init__` and finite on others: rows whose "
+        where = "of `__init__`" if isinstance(value, Sym) else "of the helper computing it"
+        return (f"masked_fill value {text} is -inf on some paths {where} and finite on others: rows whose "
                 "every key is masked are NaN on the one and the average of v on the other")
     return None
 
@@ -165,6 +177,8 @@ def _dim_text(dim, ix: MethodIndex | None = None) -> str:
             return f"`{node.op}(...)`{line}"
         if base == "_if":  # extraction's name for the merge of a conditional expression
             return f"a conditional expression{line}"
+        if node is not None and node.kind == "phi" and node.kwarg("if") is None and base.startswith("_"):
+            return f"`{base[1:]}(...)`"  # the merge of an inlined helper's returns, `_<helper>`
         return base
     return str(getattr(dim, "text", getattr(dim, "value", dim)))
 
@@ -212,7 +226,10 @@ CHECKS["last_two_dims"] = _last_two_dims
 def _softmax_over_key_axis(match: Match, ix: MethodIndex) -> str | None:
     """The softmax bound as `$p0` normalizes over the key axis: the axis the score product `$s0`
     took from its right operand (its last axis), wherever transposes moved it and whatever constant
-    names it (`dim=-1`, `dim=3` of a 4-D value, `dim=2` after `bmm`)."""
+    names it (`dim=-1`, `dim=3` of a 4-D value, `dim=2` after `bmm`). An axis held by a setting of
+    the module (`dim=self.dim`, set in `__init__` from one of its parameters or an integer) is the
+    key axis where the setting names it: the original is kept when it does not (`self.dim != 2`,
+    the key axis of proven 3-D scores; `self.dim != -1` where their rank is unproven)."""
     soft, scores = match.nodes.get("p0"), match.nodes.get("s0")
     if soft is None or scores is None or not scores.outputs:
         return None
@@ -220,11 +237,24 @@ def _softmax_over_key_axis(match: Match, ix: MethodIndex) -> str | None:
     if dim is None and soft.kind == "layer":
         layer = ix.layer_for(soft)
         dim = layer.kwarg("dim", layer.args[0] if layer is not None and layer.args else None) if layer else None
-    if not isinstance(dim, Const) or isinstance(dim.value, bool) or not isinstance(dim.value, int):
-        return f"softmax dim={_dim_text(dim, ix)} is not a constant"
     facts = ix.shapes
-    product = facts.shape(Var(scores.outputs[0]))
     source = soft.inputs[0] if soft.inputs else None
+    setting = _setting(dim, ix)
+    if setting is not None:
+        # the key axis is the last one, by its index where the rank is known (`bmm` scores, only masked
+        # and scaled since, are 3-D wherever the code runs)
+        rank = facts.rank(source)
+        if rank is None and scores.target in _BATCHED_3D and not {"s0p", "sv", "s2u"} & match.nodes.keys():
+            rank = 3
+        match.setting_guards.add(f"{setting} != {rank - 1 if rank is not None else -1}")
+        dim = Const(-1)
+    if not isinstance(dim, Const) or isinstance(dim.value, bool) or not isinstance(dim.value, int):
+        held = facts.attribute_of(dim)
+        if held is not None:
+            return (f"softmax dim={held} is not a constant, and `__init__` does not set `{held}` from one of "
+                    "its parameters or an integer (a setting a guard could test)")
+        return f"softmax dim={_dim_text(dim, ix)} is not a constant"
+    product = facts.shape(Var(scores.outputs[0]))
     axis = facts.axis(source, dim)
     rank = facts.rank(source)
     known = f" of a {rank}-D tensor" if rank is not None else ""
@@ -242,6 +272,15 @@ def _softmax_over_key_axis(match: Match, ix: MethodIndex) -> str | None:
 
 
 CHECKS["softmax_over_key_axis"] = _softmax_over_key_axis
+
+
+def _setting(operand, ix: MethodIndex) -> str | None:
+    """`self.<name>` where `operand` is that attribute (or a variable assigned from it) and it is a
+    setting of the module, fixed when the module is built (engine.analysis.numbers
+    `attribute_is_setting`): a test of it decides once which code runs."""
+    text = ix.shapes.attribute_of(operand)
+    tree = tree_of(ix.file.path) if text is not None else None
+    return text if tree is not None and text is not None and attribute_is_setting(tree, ix.cls.name, text[5:]) else None
 
 
 def _keep_mask_fill_is_lowest(match: Match, ix: MethodIndex) -> str | None:

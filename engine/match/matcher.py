@@ -94,6 +94,10 @@ class Match:
     # statements outside the data flow that only served the matched code (a constant cached on the
     # function for it alone): removed with an unguarded rewrite
     dead: list[Pos] = field(default_factory=list)
+    # tests of module settings under which the original code must run: a constraint the match meets
+    # only where a setting holds one value (a softmax over `self.dim`, the key axis where
+    # `self.dim == 2`: the original is kept when `self.dim != 2`)
+    setting_guards: set[str] = field(default_factory=set)
 
     @property
     def matched_nodes(self) -> list[Node]:

@@ -161,10 +161,22 @@ def _only_feeds_dropped_argument(use: Node, match: Match, ix: MethodIndex) -> li
     rewrite = match.rule.rewrite or ""
     matched = {id(n): n for n in match.nodes.values()}
     frontier, slice_nodes, seen = [use], [], {id(use)}
+    chosen: set[int] = set()  # merges of a helper's returns that a test in the slice chooses between
     while frontier:
         node = frontier.pop()
         slice_nodes.append(node)
-        if node.kind != "op" or not node.outputs or not any(ix.uses.get(name) for name in node.outputs):
+        merge = _helper_choice(node, ix)
+        if merge is not None:
+            # the test of a helper's branch (`if dtype is torch.float16: return -65504`): it decides
+            # which value the call returns, so it reaches what the call's result reaches
+            chosen.add(id(merge))
+            if id(merge) not in seen:
+                seen.add(id(merge))
+                frontier.append(merge)
+            continue
+        if id(node) in chosen:
+            pass  # that merge: the call's result
+        elif node.kind != "op" or not node.outputs or not any(ix.uses.get(name) for name in node.outputs):
             return None  # a value leaving the method, or one computed for nothing (kept as written)
         for name in node.outputs:
             for user in ix.uses.get(name, ()):
@@ -193,6 +205,24 @@ def _only_feeds_dropped_argument(use: Node, match: Match, ix: MethodIndex) -> li
         return None
     holders = [n.pos for n in match.nodes.values() if n.pos is not None]
     return [n for n in slice_nodes if not any(_inside(n.pos, h) for h in holders)]
+
+
+def _helper_choice(node: Node, ix: MethodIndex) -> Node | None:
+    """The merge of an inlined helper's returns that `node` chooses between, where `node` is a
+    comparison in that helper whose value nothing else reads (the test of its `if`, which the
+    extraction keeps as the condition of the returns): each return is assigned at the helper's call,
+    and the merge of those assignments is the call's result. None otherwise."""
+    if node.kind != "op" or not node.op.startswith("compare:") or not node.via or len(node.outputs) != 1 \
+            or ix.uses.get(node.outputs[0]):
+        return None
+    call = node.via[-1]
+    for merge in ix.method.nodes:
+        if merge.kind != "phi" or merge.kwarg("if") is not None or merge.via != node.via[:-1] or not merge.inputs:
+            continue
+        arms = [ix.defs.get(v.name) if isinstance(v, Var) else None for v in merge.inputs]
+        if all(a is not None and a.op == "assign" and a.pos == call for a in arms):
+            return merge
+    return None
 
 
 # ops that give a value shaped like their (first, or any broadcast) tensor operand: the scores stay
@@ -454,6 +484,8 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding | N
         if cid in both_ways or _covered(match, cid, taken, siblings, ix):
             continue
         guards.append(frozenset({(match.cond_text.get(cid, f"<condition {cid}>"), not taken)}))
+    # settings a constraint holds only for one value of (`self.dim != 2`)
+    guards.extend(frozenset({(text, True)}) for text in sorted(match.setting_guards))
 
     # 4. a location is one place in the code: all matched nodes in one function body (except for a
     #    rule whose pattern is about calls of a helper, `where same_helper`)
