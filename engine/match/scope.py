@@ -54,8 +54,8 @@ def _constant_truth(text: str) -> bool | None:
 
 def _simplify(terms: list[frozenset]) -> list[frozenset]:
     """Simplify a disjunction of conjunctions of (condition text, truth) literals: merge terms that
-    differ in one literal's truth only (X and A or not X and A == A) and drop absorbed terms
-    (A or A and B == A). A literal of constants only is decided: a false one drops its term, a true
+    differ in one literal's truth only (X and A or not X and A == A), drop absorbed terms
+    (A or A and B == A) and a literal whose negation is a term (X or not X and B == X or B). A literal of constants only is decided: a false one drops its term, a true
     one leaves it."""
     decided = []
     for term in terms:
@@ -81,6 +81,12 @@ def _simplify(terms: list[frozenset]) -> list[frozenset]:
         for a in list(current):
             if any(b < a for b in current):
                 current.discard(a)
+                changed = True
+        for b in [t for t in current if len(t) == 1]:
+            (text, taken), = b
+            for a in [t for t in current if (text, not taken) in t]:
+                current.discard(a)
+                current.add(a - {(text, not taken)})
                 changed = True
     return sorted(current, key=lambda t: (len(t), sorted(t)))
 
