@@ -1536,9 +1536,11 @@ class _MethodExtractor:
             if inlined is not None:
                 return inlined
         # 2c. a method called through a class of this file, `MultiheadAttention.apply_sparse_mask(w, ...)`:
-        # a plain function of its arguments (no instance is bound; a classmethod's class would be)
+        # a plain function of its arguments (no instance is bound; a classmethod's class would be; and
+        # `Base.forward(self, x)` would read this module's layers, which a plain function has not)
         if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id not in scope.env \
-                and func.value.id in self.fx.classes:
+                and func.value.id in self.fx.classes \
+                and not (e.args and isinstance(e.args[0], ast.Name) and e.args[0].id == "self"):
             method = self.class_function(func.value.id, func.attr)
             if method is not None:
                 inlined = self.inline(method, e, scope, guard, bound_self=False)

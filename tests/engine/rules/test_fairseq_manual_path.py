@@ -202,3 +202,21 @@ def test_a_literal_whose_negation_is_a_term_of_the_guard_is_dropped():
     assert _simplify([frozenset({x}), frozenset({not_x, b})]) == [frozenset({x}), frozenset({b})]
     assert _simplify([frozenset({x}), frozenset({not_x})]) == [frozenset()]
     assert _simplify([frozenset({x, b}), frozenset({not_x})]) == [frozenset({not_x}), frozenset({b})]
+
+
+def test_a_method_called_through_its_class_is_inlined_as_a_plain_function():
+    from engine.extract.extractor import extract_source
+
+    source = (
+        "import torch\nfrom torch import nn\n\n\nclass Base(nn.Module):\n    def forward(self, x):\n"
+        "        return self.proj(x)\n\n\nclass M(Base):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.proj = nn.Linear(4, 4)\n\n    def forward(self, x):\n        y = M.double(x)\n"
+        "        z = Base.forward(self, y)\n        w = M.named(x)\n        return z + w\n\n"
+        "    def double(x):\n        return x * 2\n\n    @classmethod\n    def named(cls, x):\n        return x - 1\n"
+    )
+    model = extract_source(source, "case.py", "case")
+    forward = next(m for c in model.classes if c.name == "M" for m in c.methods if m.name == "forward")
+    ops = [(n.op, bool(n.via)) for n in forward.nodes]
+    assert ("scale", True) in ops  # `M.double(x)`: its body, at the call
+    # `Base.forward(self, y)` reads this module's layers and a classmethod binds its class: calls
+    assert ("case.Base.forward", False) in ops and ("case.M.named", False) in ops
