@@ -1565,6 +1565,17 @@ class _MethodExtractor:
             inlined = self.inline_forward(self.super_owners[-1], e, scope, guard)
             if inlined is not None:
                 return inlined
+        # 2c. a method called through a class of this file, `MultiheadAttention.apply_sparse_mask(w, ...)`:
+        # a plain function of its arguments (no instance is bound; a classmethod's class would be; and
+        # `Base.forward(self, x)` would read this module's layers, which a plain function has not)
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id not in scope.env \
+                and func.value.id in self.fx.classes \
+                and not (e.args and isinstance(e.args[0], ast.Name) and e.args[0].id == "self"):
+            method = self.class_function(func.value.id, func.attr)
+            if method is not None:
+                inlined = self.inline(method, e, scope, guard, bound_self=False)
+                if inlined is not None:
+                    return inlined
         # 3. a module-level function of this file
         if isinstance(func, ast.Name) and func.id not in scope.env and func.id in self.fx.functions:
             inlined = self.inline(self.fx.functions[func.id], e, scope, guard, bound_self=False)
@@ -1805,6 +1816,19 @@ class _MethodExtractor:
             if fn is not None:
                 for dec in fn.decorator_list:
                     if isinstance(dec, ast.Name) and dec.id == "property":
+                        return None
+                return fn
+        return None
+
+    def class_function(self, class_name: str, name: str) -> ast.FunctionDef | None:
+        """The method `name` of the class `class_name` (or of its bases in this file) as a plain
+        function of its arguments: none for a property or a classmethod, which bind more than the call's
+        arguments."""
+        for klass in self.fx.mro(class_name):
+            fn = klass.methods.get(name)
+            if fn is not None:
+                for dec in fn.decorator_list:
+                    if isinstance(dec, ast.Name) and dec.id in ("property", "classmethod"):
                         return None
                 return fn
         return None

@@ -183,6 +183,18 @@ def _dim_text(dim, ix: MethodIndex | None = None) -> str:
     return str(getattr(dim, "text", getattr(dim, "value", dim)))
 
 
+def _held_constant(operand, ix: MethodIndex):
+    """The constant a variable holds where only assignments lead to it (an inlined helper's
+    parameter bound to a literal, `utils_softmax(x, dim=-1)`); otherwise the operand itself."""
+    value, depth = operand, 0
+    while isinstance(value, Var) and depth < 20:
+        node = ix.defs.get(value.name)
+        if node is None or node.kind != "op" or node.op != "assign" or len(node.inputs) != 1:
+            return operand
+        value, depth = node.inputs[0], depth + 1
+    return value if isinstance(value, Const) else operand
+
+
 def _last_dim(match: Match, ix: MethodIndex) -> str | None:
     """`$dim` is the last dimension of `$x`: -1, or d where `$x` provably has d + 1 dimensions."""
     dim = match.bindings.get("dim")
@@ -237,6 +249,7 @@ def _softmax_over_key_axis(match: Match, ix: MethodIndex) -> str | None:
     if dim is None and soft.kind == "layer":
         layer = ix.layer_for(soft)
         dim = layer.kwarg("dim", layer.args[0] if layer is not None and layer.args else None) if layer else None
+    dim = _held_constant(dim, ix)
     facts = ix.shapes
     source = soft.inputs[0] if soft.inputs else None
     setting = _setting(dim, ix)

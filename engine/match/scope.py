@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import re
 
+from engine.analysis.shapes import CASTS
 from engine.dsl.ir import HELPER_CONDITION, Cond, Const, FileModel, Node, Pos, Sym, Var
 from engine.match import constraints
 from engine.match.matcher import FileIndexes, Finding, Match, MethodIndex, match_method
@@ -53,8 +54,8 @@ def _constant_truth(text: str) -> bool | None:
 
 def _simplify(terms: list[frozenset]) -> list[frozenset]:
     """Simplify a disjunction of conjunctions of (condition text, truth) literals: merge terms that
-    differ in one literal's truth only (X and A or not X and A == A) and drop absorbed terms
-    (A or A and B == A). A literal of constants only is decided: a false one drops its term, a true
+    differ in one literal's truth only (X and A or not X and A == A), drop absorbed terms
+    (A or A and B == A) and a literal whose negation is a term (X or not X and B == X or B). A literal of constants only is decided: a false one drops its term, a true
     one leaves it."""
     decided = []
     for term in terms:
@@ -80,6 +81,12 @@ def _simplify(terms: list[frozenset]) -> list[frozenset]:
         for a in list(current):
             if any(b < a for b in current):
                 current.discard(a)
+                changed = True
+        for b in [t for t in current if len(t) == 1]:
+            (text, taken), = b
+            for a in [t for t in current if (text, not taken) in t]:
+                current.discard(a)
+                current.add(a - {(text, not taken)})
                 changed = True
     return sorted(current, key=lambda t: (len(t), sorted(t)))
 
@@ -155,8 +162,10 @@ def _only_feeds_dropped_argument(use: Node, match: Match, ix: MethodIndex) -> li
     replaces the call, so the read goes with it. Returns the nodes of that computation that lie
     outside every matched statement (synthesis removes their statements too), or None when the read
     reaches anything else: another use of the value, the call's tensor itself, an argument the
-    rewrite keeps, a merge of branches."""
-    if not _reads_metadata_only(use):
+    rewrite keeps, a merge of branches. A cast is such a computation too: fairseq's
+    `w = w_float.type_as(w)`, whose result only names the dtype of the dropped cast
+    `w_float.type_as(w)` before dropout, computes nothing the kernel path reads."""
+    if not (_reads_metadata_only(use) or use.kind == "op" and use.op in CASTS):
         return None
     rewrite = match.rule.rewrite or ""
     matched = {id(n): n for n in match.nodes.values()}
@@ -344,7 +353,8 @@ def _shape_check(use: Node, ix: MethodIndex):
     while frontier:
         name = frontier.pop()
         for user in ix.uses.get(name, ()):
-            if user.kind == "op" and (user.op.startswith("compare:") or user.op in ("getitem", "not", "or", "and")):
+            if user.kind == "op" and (user.op.startswith("compare:") or user.op in ("getitem", "list", "tuple", "not",
+                                                                                  "or", "and")):
                 test_nodes.append(user)
                 frontier.extend(user.outputs)
             else:
@@ -479,6 +489,18 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding | N
                     return refused
                 guards.append(frozenset((c.text, c.taken) for c in extra))
 
+    # a plain assignment of an intermediate (`w = helper(w)` of a helper that returns its argument,
+    # `w = MultiheadAttention.apply_sparse_mask(w, ...)`) goes with the match: its uses are the
+    # match's own or were accepted above
+    passed = [name for node in nodes for name in node.outputs if name not in root_outputs]
+    while passed:
+        for use in ix.uses.get(passed.pop(), ()):
+            if use.kind == "op" and use.op == "assign" and len(use.inputs) == 1 and isinstance(use.inputs[0], Var) \
+                    and id(use) not in matched_ids \
+                    and use not in finding.companions:
+                finding.companions.append(use)
+                passed.extend(use.outputs)
+
     # 3. decisions the match depends on beyond its root's own guard
     for cid, taken in sorted(match.extra_conditions.items()):
         if cid in both_ways or _covered(match, cid, taken, siblings, ix):
@@ -559,7 +581,7 @@ def _covered(match: Match, cid: int, taken: bool, siblings: list[Match], ix: Met
         # the binding is the variable moved or cast (`attention_mask.to(scores.device)`), which a
         # None cannot be: the kernel gets the value where the variable is set and None elsewhere
         cast = [key for key, v in match.bindings.items() if isinstance(v, Var) and key in ("mask", "mask2")
-                and not summed and isinstance(subject, Var) and _cast_of(v, subject, ix)]
+                and not summed and isinstance(subject, Var) and _method_of(v, subject, ix)]
         if cast:
             match.optional.update(cast)
             match.optional_through.update({key: _source_name(subject.name) for key in cast})
@@ -594,7 +616,8 @@ def _both_branches(match: Match, cid: int, taken: bool, siblings: list[Match], i
         return None
     for other in siblings:
         if other is match or other.pattern is not match.pattern or other.relaxed \
-                or (steps(other) != steps(match) and not _upcast_choice(match, other, cid, taken, ix)) \
+                or (steps(other) != steps(match) and not _upcast_choice(match, other, cid, taken, ix)
+                    and not _float_softmax_spellings(match, other)) \
                 or not within(other, not taken) \
                 or other.conditions.get(cid) != (not taken) or outside(other) != outside(match) \
                 or any(match.conditions.get(c, t) != t for c, t in other.conditions.items() if c != cid) \
@@ -607,7 +630,13 @@ def _both_branches(match: Match, cid: int, taken: bool, siblings: list[Match], i
                 or any(match.bindings[n] != other.bindings[n] for n in bound):
             continue
         nodes = [n for n in [*other.nodes.values(), *other.companions] if id(n) not in removed]
-        merges = [n for n in ix.method.nodes if n.kind == "phi" and n.kwarg("if") == Const(cid)]
+        # the merges of the decision, and of an inlined helper's returns (no `if` of their own) of
+        # the two branches' values
+        made = {name for n in ix.method.nodes if id(n) in removed for name in n.outputs} \
+            | {name for n in nodes for name in n.outputs}
+        merges = [n for n in ix.method.nodes if n.kind == "phi" and (
+            n.kwarg("if") == Const(cid)
+            or n.kwarg("if") is None and n.inputs and all(isinstance(i, Var) and i.name in made for i in n.inputs))]
         kept = {id(n) for n in nodes} | {id(n) for n in merges} | removed
         if all(id(u) in kept for n in nodes for name in n.outputs for u in ix.uses.get(name, ())):
             return nodes
@@ -677,14 +706,45 @@ def _upcast_choice(match: Match, other: Match, cid: int, taken: bool, ix: Method
     return True
 
 
-_MOVES = {".to", ".type", ".float", ".half", ".bfloat16", ".type_as", ".contiguous"}
+def _float_softmax_spellings(match: Match, other: Match) -> bool:
+    """The two matches differ only by how they spell a float32 softmax of the same scores:
+    `softmax(s.float(), dim)` on one, `softmax(s, dim, dtype=torch.float32)` on the other (fairseq's
+    `utils_softmax`, choosing by `onnx_trace`). `dtype=` casts the input before the operation, so
+    both are one value whichever branch runs."""
+    ours, theirs = (set(m.nodes) - {k for k in m.nodes if k.startswith("~")} for m in (match, other))
+    if ours ^ theirs != {"s4"} or set(match.skipped) ^ set(other.skipped) != {"s4"}:
+        return False
+    upcast, plain = (match, other) if "s4" in match.nodes else (other, match)
+    cast, up, again = upcast.nodes["s4"], upcast.nodes.get("p0"), plain.nodes.get("p0")
+    if up is None or again is None or cast.op != ".float" or len(cast.inputs) != 1 or cast.kwargs \
+            or up.inputs != (Var(cast.outputs[0]),) or again.inputs != cast.inputs:
+        return False
+    if up.kwarg("dtype") is not None or _text(again.kwarg("dtype")) not in _FLOAT32:
+        return False
+    rest = {k: v for k, v in again.kwargs if k != "dtype"}
+    return up.op == again.op and dict(up.kwargs) == rest
 
 
-def _cast_of(value: Var, subject: Var, ix: MethodIndex) -> bool:
-    """`value` is `subject` moved or cast (`.to(device)`, `.to(dtype)`, `.float()`), nothing else."""
+# tensor methods that give a tensor of a tensor (None has none of them)
+_MOVES = {".to", ".type", ".float", ".half", ".bfloat16", ".type_as", ".contiguous", ".bool", ".unsqueeze", ".view",
+          ".reshape", ".expand", ".repeat"}
+
+
+def _method_of(value: Var, subject: Var, ix: MethodIndex, depth: int = 0) -> bool:
+    """`value` is `subject` moved, cast or reshaped by tensor methods (`.to(device)`, `.unsqueeze(0)`,
+    a `.repeat` on one branch only), which a None cannot pass: a tensor exactly where `subject` is."""
+    if depth > 8:
+        return False
     node = ix.defs.get(value.name)
-    return node is not None and node.kind == "op" and node.op in _MOVES and bool(node.inputs) \
-        and node.inputs[0] == subject
+    if node is None:
+        return False
+    if node.kind == "phi":
+        merged = [v for v in node.inputs if isinstance(v, Var)]
+        return bool(merged) and len(merged) == len(node.inputs) \
+            and all(_method_of(v, subject, ix, depth + 1) for v in merged)
+    if node.kind != "op" or node.op not in _MOVES or not node.inputs or not isinstance(node.inputs[0], Var):
+        return False
+    return node.inputs[0] == subject or _method_of(node.inputs[0], subject, ix, depth + 1)
 
 
 # optional statements that only scale the scores or drop out the probabilities, and the binding

@@ -182,7 +182,7 @@ def lookup(match: Match, base: Callable[[str], str | None],
                 # adds the mask itself, so the mask is clamped the same way (constraint `clamp_at_lowest`)
                 clamped = f"torch.max({text}, torch.tensor(torch.finfo({_atom(text)}.dtype).min))"
                 return f"{clamped} if {text} is not None else None" if match.optional & {"mask"} else clamped
-            if through is not None and len(terms) == 1:
+            if through is not None and len(terms) == 1 and text != through:
                 # `attention_mask.to(q.device)` where the mask may be None: None passes as it is
                 return f"{text} if {through} is not None else None"
             if match.optional & {"mask", "mask2"} and "fmask" in match.bindings:
