@@ -736,8 +736,7 @@ class ShapeFacts:
         for size in sizes.items:
             read = self.defs.get(size.name) if isinstance(size, Var) else None
             if read is not None and read.op == ".size" and len(read.inputs) == 2 and not read.kwargs:
-                k = _int(read.inputs[1])
-                axis = self.axis(read.inputs[0], k) if k is not None else None
+                axis = self.axis(read.inputs[0], read.inputs[1])
                 if axis is not None:
                     axes.append(axis)
                     continue

@@ -47,6 +47,7 @@ from engine.analysis.shapes import ShapeFacts
 from engine.dsl import canonical as C
 from engine.dsl.ir import Const, Node, Operand, Seq, Var
 from engine.match.matcher import Match
+from engine.synthesize.template import TemplateError
 
 _SWAP = ".transpose(-2, -1)"
 
@@ -481,7 +482,8 @@ def _four_d(match: Match, code: str) -> str:
 
 def _sizes_text(match: Match, node, render: Callable[[Operand], str] | None) -> str | None:
     """The sizes an einsum lowering's `.unflatten` reads from its operand's shape, as text: a slice
-    where they are consecutive axes (`v.shape[3:]`), else a tuple of them."""
+    where they are consecutive axes (`v.shape[3:]`), else a tuple of them. None where the operand has
+    no plain name (its expression, a layer call say, would be evaluated again)."""
     sizes = node.inputs[2].items if len(node.inputs) > 2 and isinstance(node.inputs[2], Seq) else ()
     reads = [_producer(match, size) for size in sizes]
     if render is None or not reads or any(r is None or r.op != ".size" or len(r.inputs) != 2 for r in reads):
@@ -489,7 +491,9 @@ def _sizes_text(match: Match, node, render: Callable[[Operand], str] | None) -> 
     if len({r.inputs[0] for r in reads}) != 1:
         return None
     dims = [d.value for r in reads for d in r.inputs[1:] if isinstance(d, Const)]
-    operand = _atom(render(reads[0].inputs[0]))
+    operand = render(reads[0].inputs[0])
+    if not re.fullmatch(r"[A-Za-z_][\w.]*", operand or ""):
+        return None
     if dims == list(range(dims[0], dims[0] + len(dims))):
         end = "" if dims[-1] == _operand_rank(match, reads[0].inputs[0]) - 1 else str(dims[-1] + 1)
         return f"{operand}.shape[{dims[0]}:{end}]"
@@ -516,7 +520,7 @@ def result(match: Match, code: str, render: Callable[[Operand], str] | None = No
         if after is not None:
             sizes = _sizes_text(match, after, render)
             if sizes is None:
-                raise ValueError("the sizes of an einsum's unflattened axes have no text")
+                raise TemplateError("the sizes of the einsum's value axes have no text (the value has no plain name)")
             code = _atom(code) + f".unflatten(-1, {sizes})"
             value = Var(after.outputs[0])
         after = next((n for n in match.method.nodes if n.op == ".permute" and _generated(n) and n.inputs

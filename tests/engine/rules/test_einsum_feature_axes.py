@@ -147,3 +147,12 @@ def test_value_axes_not_carried_in_order_are_permuted_back():
     found, new = _scan(source)
     assert found == [("rewritten", None)]
     assert ".unflatten(-1,fmaps.shape[3:5]).transpose(3,4)" in "".join(new.split())
+
+
+def test_a_value_without_a_plain_name_is_not_read_twice():
+    # the unflatten's sizes would evaluate the value's expression a second time: not rewritten
+    source = CHANNEL.replace("{dim}", "-1").replace("attn_mat, V)", "attn_mat, V.flip(-1))")
+    found, new = _scan(source)
+    assert found == [("near-miss", "not rewritten: the sizes of the einsum's value axes have no text (the value "
+                                   "has no plain name)")]
+    assert new == source
