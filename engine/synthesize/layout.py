@@ -149,8 +149,8 @@ def _lowered(match: Match, name: str, render: Callable[[Operand], str]) -> tuple
             new.append(position)
         elif node.op == ".flatten":  # several contracted axes (or a value's trailing axes) as one
             start, end = _dims(node)
-            if not origin:
-                return None  # (the lowering permutes every operand it flattens: the rank is proven)
+            if not origin:  # (the lowering permutes every operand it flattens first: the rank is proven)
+                raise TemplateError("an einsum operand is flattened at axes of no known position")
             last = end == len(origin) - 1
             origin[start:end + 1] = [None]
             text = _atom(text) + (f".flatten({start})" if last else f".flatten({start}, {end})")
@@ -274,7 +274,7 @@ def sequence_axis(match: Match, name: str) -> tuple[Operand, int] | None:
     if low is None:
         return (operand, -1 if swap else -2) if operand is not None else None
     _, origin, _, swapped = low
-    base = _chain(match, operand)[0]
+    base, nodes = _chain(match, operand)
     if base is None:
         return None
     position = -1 if swap != swapped else -2
@@ -283,7 +283,9 @@ def sequence_axis(match: Match, name: str) -> tuple[Operand, int] | None:
     source = origin[len(origin) + position]
     if source is None:
         return None
-    return base, source - sum(1 for o in origin if o is not None)
+    # the operand's rank: the lowering's permute names every axis (a flattened run merged several)
+    rank = len(_dims(nodes[0])) if nodes[0].op == ".permute" else sum(1 for o in origin if o is not None)
+    return base, source - rank
 
 
 def restated(match: Match, axes: tuple[str, ...], render: Callable[[Operand], str | None],

@@ -156,3 +156,20 @@ def test_a_value_without_a_plain_name_is_not_read_twice():
     assert found == [("near-miss", "not rewritten: the sizes of the einsum's value axes have no text (the value "
                                    "has no plain name)")]
     assert new == source
+
+
+def test_a_read_of_the_scores_shape_is_restated_on_the_operand_behind_the_flattened_view():
+    # the scores' query axis is the query's axis 3 of 6 (c in bhtcfn), not one of the flattened view
+    source = CHANNEL.replace("{dim}", "-1").replace("Q / T, K / emb_dim**0.5", "Q, K").replace(
+        "        return V\n", "        n = attn_mat.shape[-2]\n        return V, n\n")
+    found, new = _scan(source)
+    assert found == [("rewritten", None)]
+    assert "n = Q.shape[-3]" in new
+    torch.manual_seed(0)
+    a = _namespace(source)["ChannelAttention"]().double()
+    b = _namespace(new)["ChannelAttention"]().double()
+    b.load_state_dict(a.state_dict(), strict=True)
+    x = torch.randn(2, 5, 3, 4, 8, dtype=torch.float64)
+    (ya, na), (yb, nb) = a(x), b(x)
+    torch.testing.assert_close(yb, ya, rtol=1e-10, atol=1e-12)
+    assert na == nb == 3
