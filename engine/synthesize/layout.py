@@ -19,6 +19,10 @@ rules/sdpa-attention.rule):
     axis it lacks (a multi-query key, `'b h i d, b j d -> b h i j'`) as `unsqueeze(p)` expanded to
     the size another operand has there (the fused kernels take no broadcast heads); an einsum output
     permuted back is permuted back after the kernel;
+  * an einsum's several contracted axes (`'bhtcfn,bhtefn->bhce'`), or a value's several axes carried
+    to the output (`'b h i j, b h j w d -> b h i w d'`), which the extractor flattened into one
+    feature axis, are flattened the same way (`.flatten(3)`), and the kernel's result unflattened to
+    the sizes the value has there (`.unflatten(-1, v.shape[3:5])`, of a value with a plain name);
   * `$s0p` and `$p3` bound (the scores permuted after the product, the probabilities permuted back):
     each mask of the permuted scores is moved to the kernel's layout as constraint
     `scores_permuted_back` recorded (`match.relayout`).
