@@ -504,6 +504,8 @@ class ShapeFacts:
             return self._squeeze(node)
         if op in (".flatten", "torch.flatten"):
             return self._flatten(node)
+        if op == ".unflatten":
+            return self._unflatten(node)
         if op in (".unbind", "torch.unbind"):
             return self._unbind(node)
         if op in (".chunk", ".split", "torch.chunk", "torch.split", ".tensor_split"):
@@ -736,6 +738,29 @@ class ShapeFacts:
         if i is None or j is None or j < i:
             return None
         return Shape(shape.axes[:i] + (fresh(),) + shape.axes[j + 1:], shape.exact)
+
+    def _unflatten(self, node: Node) -> Shape | None:
+        """`x.unflatten(dim, sizes)`: axis `dim` split into one axis per size; a size read from a
+        tensor's shape (`v.size(3)`, as an einsum's lowering unflattens a value's trailing axes) is
+        that tensor's axis, a literal 1 a unit axis, any other a new axis."""
+        shape = self.shape(node.inputs[0]) if node.inputs else None
+        dim = _int(node.inputs[1]) if len(node.inputs) > 1 else None
+        sizes = node.inputs[2] if len(node.inputs) > 2 else None
+        if shape is None or dim is None or not isinstance(sizes, Seq) or not sizes.items:
+            return None
+        i = shape.position(dim)
+        if i is None:
+            return None
+        axes: list[Axis] = []
+        for size in sizes.items:
+            read = self.defs.get(size.name) if isinstance(size, Var) else None
+            if read is not None and read.op == ".size" and len(read.inputs) == 2 and not read.kwargs:
+                axis = self.axis(read.inputs[0], read.inputs[1])
+                if axis is not None:
+                    axes.append(axis)
+                    continue
+            axes.append(fresh(unit=_int(size) == 1))
+        return Shape(shape.axes[:i] + tuple(axes) + shape.axes[i + 1:], shape.exact)
 
     def _unbind(self, node: Node) -> Shape | None:
         d = _int(node.inputs[1] if len(node.inputs) > 1 else node.kwarg("dim", Const(0)))

@@ -1755,27 +1755,44 @@ class _MethodExtractor:
     def einsum_lowered(self, name: str, spelled: str, lowering: tuple, e: ast.Call, scope: _Scope,
                        guard: tuple[Cond, ...], operands: list[Any]) -> Operand:
         """An einsum whose batch axes are ordered differently on its operands and output, or missing
-        from one operand (broadcast: a multi-query key without a head axis), as canonical nodes: each
-        operand permuted to (batch..., row, contracted) and given a size-1 axis for each batch label
-        it lacks, a matmul, and a permute of the result to the equation's output order. These nodes
-        carry the einsum's position and `target` (they have no text of their own)."""
-        a_plan, b_plan, out_perm = lowering
+        from one operand (broadcast: a multi-query key without a head axis), or that contracts
+        several axes, as canonical nodes: each operand permuted to (batch..., row, contracted) and
+        given a size-1 axis for each batch label it lacks, its contracted axes (and the right
+        operand's row axes) flattened into one, a matmul, the right operand's row axes unflattened
+        to the sizes it has there, and a permute of the result to the equation's output order.
+        These nodes carry the einsum's position and `target` (they have no text of their own)."""
+        a_plan, b_plan, unflat, out_perm = lowering
         lowered: list[Operand] = []
-        for x, (perm, missing, swap) in zip(operands, (a_plan, b_plan), strict=True):
+        values: list[Operand] = []
+        for x, (perm, missing, runs, swap) in zip(operands, (a_plan, b_plan), strict=True):
             value = self.expr(x, scope, guard)
-            if missing or list(perm) != list(range(len(perm))):
-                # also where it keeps the order: the permute proves the rank the new axes' positions need
+            values.append(value)
+            if missing or runs or list(perm) != list(range(len(perm))):
+                # also where it keeps the order: the permute proves the rank the new axes' and the
+                # flattened runs' positions need
                 node = self.emit("op", ".permute", (value, *(Const(d) for d in perm)), (), guard, e, target=name)
                 value = _VARS[node[0]]
             for position in missing:
                 node = self.emit("op", ".unsqueeze", (value, Const(position)), (), guard, e, target=name)
+                value = _VARS[node[0]]
+            for start, end in runs[::-1]:  # the later run first: the earlier one's positions stay
+                node = self.emit("op", ".flatten", (value, Const(start), Const(end)), (), guard, e, target=name)
                 value = _VARS[node[0]]
             if swap:
                 node = self.emit("op", "transpose", (value,), (("dim0", Const(-2)), ("dim1", Const(-1))), guard, e,
                                  target=name)
                 value = _VARS[node[0]]
             lowered.append(value)
-        out = self.emit("op", "matmul", (lowered[0], lowered[1]), (), guard, e, target=spelled)
+        # the equation (which rank inference reads) goes on the product where it holds the output's axes
+        out = self.emit("op", "matmul", (lowered[0], lowered[1]), (), guard, e, target=name if unflat else spelled)
+        if unflat:
+            sizes: list[Operand] = []
+            for d in unflat:
+                size = self.emit("op", ".size", (values[1], Const(d)), (), guard, e, target=name)
+                self.kinds[size[0]] = "scalar"
+                sizes.append(_VARS[size[0]])
+            out = self.emit("op", ".unflatten", (_VARS[out[0]], Const(-1), Seq(tuple(sizes))), (), guard, e,
+                            target=name)
         if out_perm is not None:
             out = self.emit("op", ".permute", (_VARS[out[0]], *(Const(d) for d in out_perm)), (), guard, e,
                             target=name)
@@ -2050,48 +2067,68 @@ def _einsum_product(equation: str, einops: bool = False) -> tuple[bool, bool, bo
 
 def _einsum_lowering(equation: str, einops: bool = False) -> tuple | None:
     """How a two-operand einsum that `_einsum_product` does not take is still a batched matrix
-    product: exactly one label is contracted (on both operands, not in the output), every other
-    label is in the output, each operand has a row label of its own (`i` on the left, `j` on the
-    right), and the rest are batch labels, in any order, possibly missing from one operand (it
+    product: the contracted labels (on both operands, not in the output) in the same order on both,
+    every other label in the output, each operand with a row label of its own (`i` on the left, `j`
+    on the right), and the rest batch labels, in any order, possibly missing from one operand (it
     broadcasts there). The product runs over the batch labels in the output's order, as
-    ((a's permute, a's new axes, swap a's last two), (the same for b), the result's permute or None):
+    ((a's permute, a's new axes, a's flattened runs, swap a's last two), (the same for b), the right
+    operand's row labels' positions in b where there are several, the result's permute or None):
     `bihd,bjhd->bhij` permutes both operands to (b, h, ., d); `b h i d, b j d -> b h i j` gives the
-    key a size-1 head axis. Of several row candidates the ones that leave the output in place win;
-    the others are batch labels (`bnhk,bmk->bnhm` is a product per (b, n) of h rows). None when
-    the equation is not such a product (a trace, a label summed out of one operand, `...`)."""
+    key a size-1 head axis. Several contracted labels are one feature axis: each operand is permuted
+    to bring them together after (or before) its row and they are flattened
+    (`bhtcfn,bhtefn->bhce` contracts (t f n)); several row labels of the right operand are one
+    too, flattened and unflattened after the product (a value with trailing axes carried to the
+    output, `b h i j, b h j w d -> b h i w d`). Contracted labels in another order on the two
+    operands are not one axis: None. Of several row candidates of the left operand the ones that
+    leave the output in place win; the others are batch labels (`bnhk,bmk->bnhm` is a product per
+    (b, n) of h rows). None when the equation is not such a product (a trace, a label summed out of
+    one operand, `...`)."""
     labels = _einsum_labels(equation, einops)
     if labels is None:
         return None
     a, b, o = labels
     if "..." in a or "..." in b or "..." in o or any(len(set(t)) != len(t) for t in (a, b, o)):
         return None
-    contracted = (set(a) & set(b)) - set(o)
-    if len(contracted) != 1 or set(o) - set(a) - set(b):
+    xs = [label for label in a if label in b and label not in o]
+    if not xs or xs != [label for label in b if label in a and label not in o] or set(o) - set(a) - set(b):
         return None
-    x = contracted.pop()
-    if set(a) - set(o) - {x} or set(b) - set(o) - {x}:
+    if set(a) - set(o) - set(xs) or set(b) - set(o) - set(xs):
         return None
     rows_a = [label for label in o if label in a and label not in b]
-    rows_b = [label for label in o if label in b and label not in a]
+    rows_b = [label for label in b if label in o and label not in a]
     if not rows_a or not rows_b:
         return None
-    if o[-2] in rows_a and o[-1] in rows_b:
-        i, j = o[-2], o[-1]
-    else:
-        i, j = rows_a[-1], rows_b[-1]
-    batch = [label for label in o if label not in (i, j)]
+    i = o[-2] if o[-2] in rows_a and o[-1] in rows_b else rows_a[-1]
+    batch = [label for label in o if label != i and label not in rows_b]
 
-    def plan(own: tuple[str, ...], row: str) -> tuple[tuple[int, ...], tuple[int, ...], bool]:
-        tail = (row, x) if own.index(row) < own.index(x) else (x, row)
-        order = tuple(own.index(label) for label in (*[lb for lb in batch if lb in own], *tail))
+    def plan(own: tuple[str, ...], rows: list[str]) -> tuple[tuple[int, ...], tuple[int, ...], tuple[tuple[int, int], ...], bool]:
+        present = [own.index(label) for label in batch if label in own]
+        first = [own.index(label) for label in (*rows, *xs)]
+        second = [own.index(label) for label in (*xs, *rows)]
+        # the tail in the operand's own order where it has one, else the order moving fewer axes
+        if max(first[:len(rows)]) < min(first[len(rows):]) or min(first[:len(rows)]) > max(first[len(rows):]):
+            rows_first = first[0] < second[0]
+        else:
+            moved_first = sum(1 for k, d in enumerate((*present, *first)) if k != d)
+            moved_second = sum(1 for k, d in enumerate((*present, *second)) if k != d)
+            rows_first = moved_first <= moved_second
+        order = tuple(present + (first if rows_first else second))
         missing = tuple(p for p, label in enumerate(batch) if label not in own)
-        return order, missing, tail != (row, x)
+        runs: list[tuple[int, int]] = []
+        start = len(batch)
+        for group in ((rows, xs) if rows_first else (xs, rows)):
+            if len(group) > 1:
+                runs.append((start, start + len(group) - 1))
+            start += len(group)
+        return order, missing, tuple(runs), not rows_first
 
-    a_plan, b_plan = plan(a, i), plan(b, j)
-    b_plan = (b_plan[0], b_plan[1], not b_plan[2])  # the right operand enters as (batch..., x, j)
-    result = (*batch, i, j)
+    a_plan = plan(a, [i])
+    b_plan = plan(b, rows_b)
+    b_plan = (b_plan[0], b_plan[1], b_plan[2], not b_plan[3])  # the right operand enters as (batch..., x, j)
+    result = (*batch, i, *rows_b)
+    unflat = tuple(b.index(label) for label in rows_b) if len(rows_b) > 1 else ()
     out_perm = None if tuple(o) == result else tuple(result.index(label) for label in o)
-    return a_plan, b_plan, out_perm
+    return a_plan, b_plan, unflat, out_perm
 
 
 def _swaps_last_two(dims: tuple[Operand, ...]) -> bool:

@@ -19,6 +19,10 @@ rules/sdpa-attention.rule):
     axis it lacks (a multi-query key, `'b h i d, b j d -> b h i j'`) as `unsqueeze(p)` expanded to
     the size another operand has there (the fused kernels take no broadcast heads); an einsum output
     permuted back is permuted back after the kernel;
+  * an einsum's several contracted axes (`'bhtcfn,bhtefn->bhce'`), or a value's several axes carried
+    to the output (`'b h i j, b h j w d -> b h i w d'`), which the extractor flattened into one
+    feature axis, are flattened the same way (`.flatten(3)`), and the kernel's result unflattened to
+    the sizes the value has there (`.unflatten(-1, v.shape[3:5])`, of a value with a plain name);
   * `$s0p` and `$p3` bound (the scores permuted after the product, the probabilities permuted back):
     each mask of the permuted scores is moved to the kernel's layout as constraint
     `scores_permuted_back` recorded (`match.relayout`).
@@ -47,6 +51,7 @@ from engine.analysis.shapes import ShapeFacts
 from engine.dsl import canonical as C
 from engine.dsl.ir import Const, Node, Operand, Seq, Var
 from engine.match.matcher import Match
+from engine.synthesize.template import TemplateError
 
 _SWAP = ".transpose(-2, -1)"
 
@@ -83,17 +88,21 @@ def _producer(match: Match, operand: Operand | None):
     return next((n for n in match.method.nodes if operand.name in n.outputs), None)
 
 
+_LOWERING_OPS = ("transpose", ".permute", ".unsqueeze", ".flatten", ".unflatten", ".size")
+
+
 def _generated(node) -> bool:
     """A node the extractor made to lower an einsum: no source text of its own (its position is the
     whole einsum)."""
-    return node is not None and node.kind == "op" and node.op in ("transpose", ".permute", ".unsqueeze") \
-        and node.target in C.EINSUM_FUNCTIONS
+    return node is not None and node.kind == "op" and node.op in _LOWERING_OPS and node.target in C.EINSUM_FUNCTIONS
 
 
 def _permutes_a_result(match: Match, node) -> bool:
     """`node` permutes an einsum's own product into the equation's output order: it is part of the
     value that einsum's text computes, not a step towards another product."""
     source = _producer(match, node.inputs[0]) if node.inputs else None
+    if source is not None and source.op == ".unflatten" and _generated(source):
+        source = _producer(match, source.inputs[0]) if source.inputs else None
     return source is not None and source.op == "matmul" and source.pos == node.pos
 
 
@@ -142,6 +151,13 @@ def _lowered(match: Match, name: str, render: Callable[[Operand], str]) -> tuple
             position = _dims(node)[0]
             origin.insert(position, None)
             new.append(position)
+        elif node.op == ".flatten":  # several contracted axes (or a value's trailing axes) as one
+            start, end = _dims(node)
+            if not origin:  # (the lowering permutes every operand it flattens first: the rank is proven)
+                raise TemplateError("an einsum operand is flattened at axes of no known position")
+            last = end == len(origin) - 1
+            origin[start:end + 1] = [None]
+            text = _atom(text) + (f".flatten({start})" if last else f".flatten({start}, {end})")
         else:  # the last two axes swapped (always the lowering's last step)
             swapped = True
     return text, origin, new, swapped
@@ -262,7 +278,7 @@ def sequence_axis(match: Match, name: str) -> tuple[Operand, int] | None:
     if low is None:
         return (operand, -1 if swap else -2) if operand is not None else None
     _, origin, _, swapped = low
-    base = _chain(match, operand)[0]
+    base, nodes = _chain(match, operand)
     if base is None:
         return None
     position = -1 if swap != swapped else -2
@@ -271,7 +287,9 @@ def sequence_axis(match: Match, name: str) -> tuple[Operand, int] | None:
     source = origin[len(origin) + position]
     if source is None:
         return None
-    return base, source - sum(1 for o in origin if o is not None)
+    # the operand's rank: the lowering's permute names every axis (a flattened run merged several)
+    rank = len(_dims(nodes[0])) if nodes[0].op == ".permute" else sum(1 for o in origin if o is not None)
+    return base, source - rank
 
 
 def restated(match: Match, axes: tuple[str, ...], render: Callable[[Operand], str | None],
@@ -468,17 +486,51 @@ def _four_d(match: Match, code: str) -> str:
     return out
 
 
-def result(match: Match, code: str) -> str:
+def _sizes_text(match: Match, node, render: Callable[[Operand], str] | None) -> str | None:
+    """The sizes an einsum lowering's `.unflatten` reads from its operand's shape, as text: a slice
+    where they are consecutive axes (`v.shape[3:]`), else a tuple of them. None where the operand has
+    no plain name (its expression, a layer call say, would be evaluated again)."""
+    sizes = node.inputs[2].items if len(node.inputs) > 2 and isinstance(node.inputs[2], Seq) else ()
+    reads = [_producer(match, size) for size in sizes]
+    if render is None or not reads or any(r is None or r.op != ".size" or len(r.inputs) != 2 for r in reads):
+        return None
+    if len({r.inputs[0] for r in reads}) != 1:
+        return None
+    dims = [d.value for r in reads for d in r.inputs[1:] if isinstance(d, Const)]
+    operand = render(reads[0].inputs[0])
+    if not re.fullmatch(r"[A-Za-z_][\w.]*", operand or ""):
+        return None
+    if dims == list(range(dims[0], dims[0] + len(dims))):
+        end = "" if dims[-1] == _operand_rank(match, reads[0].inputs[0]) - 1 else str(dims[-1] + 1)
+        return f"{operand}.shape[{dims[0]}:{end}]"
+    return "(" + ", ".join(f"{operand}.shape[{d}]" for d in dims) + ")"
+
+
+def _operand_rank(match: Match, operand: Operand) -> int:
+    rank = ShapeFacts(match.method, match.cls).rank(operand)
+    return -1 if rank is None else rank
+
+
+def result(match: Match, code: str, render: Callable[[Operand], str] | None = None) -> str:
     """The kernel's result in the code's layout: given 4-D operands and viewed back where it was
-    3-D or 5-D, transposed back where the output was read so, and permuted as an einsum's output
-    was."""
+    3-D or 5-D, transposed back where the output was read so, and its trailing axes unflattened and
+    permuted as an einsum's output was (`render`: an operand's text, for the sizes unflattened)."""
     code = _four_d(match, code)
     if "pt" in match.nodes:
         code = f"({code}){_SWAP}"
     root = match.root
     if root.outputs:
+        value = Var(root.outputs[0])
+        after = next((n for n in match.method.nodes if n.op == ".unflatten" and _generated(n) and n.inputs
+                      and n.inputs[0] == value), None)
+        if after is not None:
+            sizes = _sizes_text(match, after, render)
+            if sizes is None:
+                raise TemplateError("the sizes of the einsum's value axes have no text (the value has no plain name)")
+            code = _atom(code) + f".unflatten(-1, {sizes})"
+            value = Var(after.outputs[0])
         after = next((n for n in match.method.nodes if n.op == ".permute" and _generated(n) and n.inputs
-                      and n.inputs[0] == Var(root.outputs[0])), None)
+                      and n.inputs[0] == value), None)
         if after is not None:
             code = _atom(code) + _permute_text(_dims(after))
     return code

@@ -933,7 +933,8 @@ class Synthesizer:
         template = self.context.localize(match.rule.rewrite, local | {p.name for p in match.method.params})
         code = layout.result(match, render_template(
             template, layout.lookup(match, lambda name: self.lookup(name, match, expr),
-                                    lambda operand: self.render(operand, match))))
+                                    lambda operand: self.render(operand, match))),
+            lambda operand: self.render(operand, match))
         return layout.upcast_result(match, code, lambda: self.lookup("v", match, expr))
 
     def _guard(self, finding: Finding, stmt: cst.CSTNode) -> cst.BaseExpression | None:

@@ -150,3 +150,12 @@ def test_dtype_facts_follow_elementwise_math_and_casts():
     assert not f.identity_cast(cast[last(m, "b").name])  # x's dtype is not known to be float32
     assert not f.identity_cast(cast[last(m, "d").name])  # another tensor's dtype
     assert not f.identity_cast(cast[last(m, "g").name])  # r * w: two tensors of unrelated dtypes
+
+
+def test_an_unflatten_to_sizes_read_from_a_tensor_has_that_tensors_axes():
+    f, m = facts("v = x.view(b, h, j, w, d)\ny = torch.matmul(a, v.flatten(3)).unflatten(-1, (v.size(3), v.size(4)))\n"
+                 "z = v.unflatten(-1, (v.size(3), n, 1))", params="x, a, b, h, j, w, d, n")
+    v, y, z = (f.shape(last(m, name)) for name in ("v", "y", "z"))
+    assert y.rank is None and [a.id for a in y.axes[-2:]] == [a.id for a in v.axes[3:]]
+    assert z.rank == 7 and [a.id for a in z.axes[:5]] == [a.id for a in v.axes[:4]] + [v.axes[3].id]
+    assert z.axes[-2].id not in {a.id for a in v.axes} and z.axes[-1].unit

@@ -70,18 +70,37 @@ class A(nn.Module):
 
 @pytest.mark.parametrize(("equation", "einops", "lowering"), [
     # heads after the sequence: both operands permuted to (b, h, ., d), the output as the equation has it
-    ("bihd,bjhd->bhij", False, (((0, 2, 1, 3), (), False), ((0, 2, 1, 3), (), True), None)),
+    ("bihd,bjhd->bhij", False, (((0, 2, 1, 3), (), (), False), ((0, 2, 1, 3), (), (), True), (), None)),
     # and read back heads-after: the result of the (b, h, i, d) product is permuted back
-    ("bhij,bjhd->bihd", False, (((0, 1, 2, 3), (), False), ((0, 2, 1, 3), (), False), (0, 2, 1, 3))),
+    ("bhij,bjhd->bihd", False, (((0, 1, 2, 3), (), (), False), ((0, 2, 1, 3), (), (), False), (), (0, 2, 1, 3))),
     # multi-query: the key has no head axis, it gets a size-1 one at position 1
-    ("b h i d, b j d -> b h i j", True, (((0, 1, 2, 3), (), False), ((0, 1, 2), (1,), True), None)),
-    ("b h i j, b j d -> b h i d", True, (((0, 1, 2, 3), (), False), ((0, 1, 2), (1,), False), None)),
+    ("b h i d, b j d -> b h i j", True, (((0, 1, 2, 3), (), (), False), ((0, 1, 2), (1,), (), True), (), None)),
+    ("b h i j, b j d -> b h i d", True, (((0, 1, 2, 3), (), (), False), ((0, 1, 2), (1,), (), False), (), None)),
     # two row candidates (n, h): the one next to the key's label in the output is the row
-    ("bnhk,bmk->bnhm", False, (((0, 1, 2, 3), (), False), ((0, 1, 2), (1,), True), None)),
+    ("bnhk,bmk->bnhm", False, (((0, 1, 2, 3), (), (), False), ((0, 1, 2), (1,), (), True), (), None)),
+    # several contracted labels (t, f, n), in the same order on both operands: each operand permuted to
+    # bring them after its row (c, e) and flattened into one feature axis
+    ("bhtcfn,bhtefn->bhce", False, (((0, 1, 3, 2, 4, 5), (), ((3, 5),), False),
+                                    ((0, 1, 3, 2, 4, 5), (), ((3, 5),), True), (), None)),
+    ("b h t c f d, b h t e f d -> b h c e", True, (((0, 1, 3, 2, 4, 5), (), ((3, 5),), False),
+                                                   ((0, 1, 3, 2, 4, 5), (), ((3, 5),), True), (), None)),
+    # already together after the row: flattened in place (the identity permute proves the rank)
+    ("bhiwd,bhjwd->bhij", False, (((0, 1, 2, 3, 4), (), ((3, 4),), False),
+                                  ((0, 1, 2, 3, 4), (), ((3, 4),), True), (), None)),
+    # the value's row labels (t, f, n) are one feature axis: flattened, unflattened to the sizes the
+    # value has at its axes 2, 4, 5, and the result permuted to the output's order
+    ("bhce,bhtefn->bhtcfn", False, (((0, 1, 2, 3), (), (), False), ((0, 1, 3, 2, 4, 5), (), ((3, 5),), False),
+                                    (2, 4, 5), (0, 1, 3, 2, 4, 5))),
+    # a 5-D per-window value (b h j w d): (w d) is its feature axis
+    ("b h i j, b h j w d -> b h i w d", True, (((0, 1, 2, 3), (), (), False),
+                                               ((0, 1, 2, 3, 4), (), ((3, 4),), False), (3, 4), None)),
+    ("bhtcfn,bhtenf->bhce", False, None),   # contracted in another order on the key: not one axis
+    ("bhtcfn,bhtef->bhce", False, None),    # n summed out of the query alone
     ("bij,bij->bij", False, None),          # nothing contracted
     ("bhid,bhid->bhi", False, None),        # contracted label on both, no row of the second operand
     ("bhid,bjd->bhi", False, None),         # j summed out of one operand
-    ("bhid,bhjd->bij", False, None),        # h summed out
+    # h summed out with d: (h d) is one feature axis, brought after the row
+    ("bhid,bhjd->bij", False, (((0, 2, 1, 3), (), ((2, 3),), False), ((0, 2, 1, 3), (), ((2, 3),), True), (), None)),
     ("...id,...jd->...ij", False, None),    # `...` is `_einsum_product`'s
     ("bhid,bhjd,bhje->bhie", False, None),
 ])
@@ -105,3 +124,23 @@ class A(nn.Module):
         (".permute", "torch.einsum"), (".unsqueeze", "torch.einsum"), ("transpose", "torch.einsum"),
         ("matmul", "torch.einsum('bhid,bjd->bhij')")]
     assert nodes[1].inputs[1] == Const(1)
+
+
+def test_several_contracted_axes_are_flattened_and_a_values_unflattened():
+    source = """
+import torch
+from torch import nn
+
+
+class A(nn.Module):
+    def forward(self, q, k, v):
+        a = torch.einsum('bhtcfn,bhtefn->bhce', q, k).softmax(dim=-1)
+        return torch.einsum('bhce,bhtefn->bhtcfn', a, v)
+"""
+    fm = extract_source(source, "m.py", "m")
+    nodes = [n for n in fm.classes[0].methods[0].nodes if n.kind == "op"]
+    assert [n.op for n in nodes] == [
+        ".permute", ".flatten", ".permute", ".flatten", "transpose", "matmul", "softmax",
+        ".permute", ".flatten", "matmul", ".size", ".size", ".size", ".unflatten", ".permute"]
+    assert nodes[1].inputs[1:] == (Const(3), Const(5))
+    assert [n.inputs for n in nodes[10:13]] == [(nodes[7].inputs[0], Const(d)) for d in (2, 4, 5)]
