@@ -114,6 +114,13 @@ _FACTORIES = {"torch.ones", "torch.zeros", "torch.randn", "torch.rand", "torch.e
 _PARAM_WRAPPERS = {"torch.nn.Parameter", "torch.nn.parameter.Parameter"}
 
 
+# ops whose result's rank follows from their tensor inputs' (where those are proven): a rank lost
+# before one of them is lost at an earlier node
+_RANK_FOLLOWS = {
+    "transpose", "matmul", ".permute", "torch.permute", ".unsqueeze", "torch.unsqueeze", ".squeeze", "torch.squeeze",
+    ".flatten", "torch.flatten", ".unbind", "torch.unbind", ".chunk", ".split", "torch.chunk", "torch.split",
+    ".tensor_split", "getitem", ".expand", ".expand_as", ".repeat", "torch.cat", "cat",
+}
 # ops whose outputs are a tuple of tensors of their own (each output's shape is derived for it)
 _TUPLE_OPS = {".unbind", "torch.unbind", ".chunk", ".split", "torch.chunk", "torch.split", ".tensor_split"}
 
@@ -200,6 +207,40 @@ class ShapeFacts:
         p = sorted(x for x in (shape.position(d0), shape.position(d1)) if x is not None)
         n = len(shape.axes)
         return p == [n - 2, n - 1]
+
+    def rank_lost_at(self, operand: Operand | None) -> list[Node | Var]:
+        """Where the proof of `operand`'s rank ends, for a reason to name: following the values its
+        rank would come from (every path into a merge, and the inputs of ops whose result's rank
+        follows from theirs) back to each node whose result no fact gives a rank (a call of a module
+        of unknown type, an attribute read, an op not followed) or parameter of the method (its rank
+        is the caller's). Empty where the rank is proven or the operand is no value of this method."""
+        found: list[Node | Var] = []
+        self._lost(operand, set(), found)
+        return found
+
+    def _lost(self, operand: Operand | None, seen: set[str], found: list[Node | Var]) -> None:
+        if not isinstance(operand, Var) or operand.name in seen or self.rank(operand) is not None:
+            return
+        seen.add(operand.name)
+        node = self.defs.get(operand.name)
+        if node is None:
+            found.append(operand)  # a parameter
+            return
+        follows = node.kind == "phi" or node.kind == "layer" and node.op in _SAME_SHAPE_LAYERS | _LAST_AXIS_LAYERS \
+            or node.kind == "op" and node.op in _RANK_FOLLOWS | _SAME_SHAPE | _BROADCAST
+        if not follows:
+            found.append(node)
+            return
+        inputs = node.inputs
+        if node.kind == "op" and node.op in ("torch.cat", "cat") and inputs and isinstance(inputs[0], Seq):
+            inputs = inputs[0].items  # the pieces (one of proven rank would prove the whole's)
+        elif node.kind != "phi" and node.op not in _BROADCAST and node.op != "matmul":
+            inputs = inputs[:1]  # the tensor the op reads; the rest are dimensions and sizes
+        unproven = [i for i in inputs if isinstance(i, Var) and self.rank(i) is None]
+        if not unproven:
+            found.append(node)  # its inputs' ranks are proven: the op itself leaves the rank unproven
+        for i in unproven:
+            self._lost(i, seen, found)
 
     def trailing_units(self, operand: Operand | None, count: int) -> bool:
         """The last `count` axes of `operand` are provably size 1 and its rank is proven (so it

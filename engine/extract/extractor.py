@@ -491,7 +491,7 @@ class _FileExtractor:
         layers: list[LayerDef] = []
         for klass in reversed(chain):
             if self.package is not None:
-                for expr, base in zip(klass.node.bases, klass.bases):
+                for expr, base in zip(klass.node.bases, klass.bases, strict=True):
                     short = base.rpartition(".")[2]
                     if base not in (short, f"{self.module}.{short}") and not base.startswith("torch."):
                         layers.extend(self.package.base_layers(self.src.path, self.tree, expr))

@@ -7,6 +7,7 @@ import ast
 import math
 import re
 from collections.abc import Callable
+from pathlib import Path
 
 from engine.analysis.numbers import (
     attribute_is_setting,
@@ -195,6 +196,41 @@ def _held_constant(operand, ix: MethodIndex):
     return value if isinstance(value, Const) else operand
 
 
+def _rank_lost_text(operand, ix: MethodIndex) -> str:
+    """Where the proof of `operand`'s rank ends, as a reason's tail: each node whose result no fact
+    gives a rank (`` `self.k_norm(...)` at line 293 ``) or parameter it comes from."""
+    name = operand.name.split(".", 1)[0] if isinstance(operand, Var) else ""
+    if not re.fullmatch(r"[A-Za-z_]\w*", name) or re.fullmatch(r"_t\d+", name):
+        return ""
+    params, nodes = [], []
+    here = ix.method.pos.file if ix.method.pos is not None else None
+    lost_at = ix.shapes.rank_lost_at(operand)
+    for lost in sorted(lost_at, key=lambda n: n.pos.line if isinstance(n, Node) and n.pos else 0):
+        if isinstance(lost, Var):
+            params.append(f"`{lost.name.split('.', 1)[0]}`")
+            continue
+        if lost.op == "assign" and lost.inputs and isinstance(lost.inputs[0], Sym):
+            what = f"`{lost.inputs[0].text}`"
+        else:
+            named = lost.kind == "layer" or lost.target is not None and "(" not in lost.target
+            what = f"`{lost.target if named else lost.op}(...)`"
+        if lost.pos is not None:
+            what += f" at line {lost.pos.line}" if lost.pos.file == here else f" at {Path(lost.pos.file).name}:{lost.pos.line}"
+        nodes.append(what)
+    parts = []
+    if nodes:
+        parts.append(f"the rank of `{name}` is not proven past {_listed(nodes)}")
+    if params == [f"`{name}`"]:
+        parts.append(f"`{name}` is a parameter of unknown rank")
+    elif params:
+        parts.append(f"`{name}` comes from parameter{'s' if len(params) > 1 else ''} {_listed(params)}, of unknown rank")
+    return ": " + "; ".join(parts) if parts else ""
+
+
+def _listed(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
 def _last_dim(match: Match, ix: MethodIndex) -> str | None:
     """`$dim` is the last dimension of `$x`: -1, or d where `$x` provably has d + 1 dimensions."""
     dim = match.bindings.get("dim")
@@ -228,7 +264,8 @@ def _last_two_dims(match: Match, ix: MethodIndex) -> str | None:
             continue  # a bmm operand is 3-D wherever the code runs (bmm raises on any other rank)
         rank = rank_of(node.inputs[0], ix) if node.inputs else None
         known = f" of a {rank}-D tensor" if rank is not None else ""
-        return f"transpose({dims[0]}, {dims[1]}){known} is not provably a swap of the last two dimensions"
+        lost = _rank_lost_text(node.inputs[0], ix) if node.inputs and rank is None else ""
+        return f"transpose({dims[0]}, {dims[1]}){known} is not provably a swap of the last two dimensions{lost}"
     return None
 
 

@@ -113,8 +113,8 @@ def test_window_attention_over_a_5d_value_flattens_its_feature_axes(monkeypatch)
     found, new = _scan(source)
     assert found == [("rewritten", None)]
     assert "fmaps.flatten(3)" in new and ".unflatten(-1, fmaps.shape[3:5])" in new and "scale=self.scale" in new
-    import types
     import sys
+    import types
     monkeypatch.setitem(sys.modules, "einops", types.SimpleNamespace(einsum=_einops_einsum))
     a, b = _namespace(source)["Window"](), _namespace(new)["Window"]()
     gen = torch.Generator().manual_seed(1)

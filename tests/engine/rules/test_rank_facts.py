@@ -3,7 +3,9 @@ key is 4-D. A rank is proven by an unpacking of the key's whole shape into names
 defines it (Llama's `repeat_kv`: `batch, heads, slen, head_dim = hidden_states.shape` raises unless
 it is 4-D), and not where the error could be caught. A key of unproven rank (torchtune's Gemma2,
 where it comes from a KV cache's `update` or a norm layer passed in) stays a near-miss: the kernel
-could only be given `k.transpose(2, 3).transpose(-2, -1)`, a spelling no maintainer would take.
+could only be given `k.transpose(2, 3).transpose(-2, -1)`, a spelling no maintainer would take; its
+reason names each node where the proof of the key's rank ends (a module of unknown type, a cache's
+`update`) and each parameter of unknown rank the key comes from.
 The Llama-like rewrite runs original against rewritten in float64 (to float32 precision: the code's
 softmax runs in float32)."""
 
@@ -276,3 +278,77 @@ def test_a_cache_s_outputs_unpacked_into_four_names_are_4d():
     findings, new = _rewrite(source)
     assert [f.status for f in findings] == ["rewritten"]
     assert "k.transpose" not in new
+
+
+def _line(source: str, text: str) -> int:
+    return next(i for i, line in enumerate(source.splitlines(), 1) if text in line)
+
+
+def test_the_near_miss_names_each_node_where_the_key_s_rank_is_lost():
+    # the reshape proves 4-D; the norm layer passed in and the cache's update each lose it
+    reason = _near_miss(GEMMA_LIKE)
+    assert reason.endswith(
+        "is not provably a swap of the last two dimensions: the rank of `k` is not proven past "
+        f"`self.k_norm(...)` at line {_line(GEMMA_LIKE, 'self.k_norm(k)')} and "
+        f"`self.kv_cache.update(...)` at line {_line(GEMMA_LIKE, 'self.kv_cache.update(k, v)')}"
+    )
+
+
+def test_the_near_miss_names_a_key_parameter_of_unknown_rank():
+    assert _near_miss(ANY_RANK).endswith(": `k` is a parameter of unknown rank")
+
+
+# the key comes out of a module of unknown type (`act`, passed in): its rank is lost there
+UNKNOWN_MODULE = """
+import torch
+from torch import nn
+
+
+class UnknownModule(nn.Module):
+    def __init__(self, act, dim=16, heads=4):
+        super().__init__()
+        self.heads = heads
+        self.act = act
+        self.q_proj = nn.Linear(dim, dim)
+        self.k_proj = nn.Linear(dim, dim)
+        self.v_proj = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        q = self.q_proj(x).view(b, n, self.heads, -1).transpose(1, 2)
+        k = self.act(self.k_proj(x).view(b, n, self.heads, -1).transpose(1, 2))
+        v = self.v_proj(x).view(b, n, self.heads, -1).transpose(1, 2)
+        s = torch.matmul(q, k.transpose(2, 3)) * 0.5
+        return torch.matmul(s.softmax(dim=-1), v).transpose(1, 2).reshape(b, n, -1)
+"""
+
+
+def test_a_key_out_of_a_module_of_unknown_type_is_a_near_miss_naming_it():
+    reason = _near_miss(UNKNOWN_MODULE)
+    line = _line(UNKNOWN_MODULE, "k = self.act(")
+    assert reason.endswith(f": the rank of `k` is not proven past `self.act(...)` at line {line}")
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        # a view with four explicit sizes is 4-D whatever the module returned
+        "k = self.act(self.k_proj(x)).view(b, n, self.heads, -1).transpose(1, 2)",
+        # a Linear keeps its input's rank
+        "k = self.k_proj(self.q_proj(x).view(b, n, self.heads, -1).transpose(1, 2))",
+    ],
+)
+def test_a_key_of_proven_rank_after_a_module_call_is_rewritten(key):
+    source = UNKNOWN_MODULE.replace("k = self.act(self.k_proj(x).view(b, n, self.heads, -1).transpose(1, 2))", key)
+    if "self.k_proj(self.q_proj" in key:
+        source = source.replace("self.k_proj = nn.Linear(dim, dim)", "self.k_proj = nn.Linear(dim // heads, dim // heads)")
+    findings, new = _rewrite(source)
+    assert [f.status for f in findings] == ["rewritten"]
+    assert "k.transpose" not in new
+    original, rewritten = _namespace(source), _namespace(new)
+    torch.manual_seed(0)
+    a = original["UnknownModule"](nn_act := torch.nn.GELU()).double()
+    b = rewritten["UnknownModule"](nn_act).double()
+    b.load_state_dict(a.state_dict())
+    x = torch.randn(2, 5, 16, dtype=torch.float64)
+    torch.testing.assert_close(b(x), a(x))
