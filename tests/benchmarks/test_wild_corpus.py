@@ -30,6 +30,11 @@ on it, has its own figures: on 2026-12-02 TP 29  FP 0  FN 16   P 1.000  R 0.644.
 wild4 (torchvision, pytorch-widedeep, asteroid, stanza, tsai), held out the same way, has its own
 figures too: on 2026-12-03, at its first scan, TP 11  FP 0  FN 11   P 1.000  R 0.500.
 
+On 2026-12-03, after einsums over several axes (USES, SepViT), a softmax axis held by a setting of
+the module under a guard (parlai), a base class from another file (mixmim) and fairseq's manual MHA
+(ESM-2): wild1 TP 96 FN 1, wild2 TP 34 FN 1 (together TP 130 FN 2, sdpa TP 103 FN 2), wild3 TP 70
+FN 8, all four sets FP 0; wild1-3 together TP 200 FN 10, R 0.952.
+
 No look-alike is rewritten. Raise the figures when the engine improves; never lower them to
 let a change through. Every rewritten file must also compile and be left alone by a second scan."""
 
@@ -84,16 +89,16 @@ def test_precision_and_recall_against_the_labels(scanned, labels):
     every_site = [s for scan in scans for s in scan.sites]
     # the figures below were set on wild1 and wild2; wild3 and wild4, labelled later, have ratchets of their own
     wild3 = W.score(W.set_labels(labels, "wild3"), W.set_sites(every_site, "wild3"))
-    _at_least(wild3, 43, 0, 35, 1.0, 0.55, "wild3")
+    _at_least(wild3, 70, 0, 8, 1.0, 0.89, "wild3")
     wild4 = W.score(W.set_labels(labels, "wild4"), W.set_sites(every_site, "wild4"))
     _at_least(wild4, 11, 0, 11, 1.0, 0.5, "wild4")
     labels = W.set_labels(labels, "wild1") + W.set_labels(labels, "wild2")
     sites = W.set_sites(every_site, "wild1") + W.set_sites(every_site, "wild2")
-    _at_least(W.score(labels, sites), 128, 0, 4, 1.0, 0.96, "all")
-    _at_least(W.score(W.set_labels(labels, "wild1"), W.set_sites(sites, "wild1")), 94, 0, 3, 1.0, 0.96, "wild1")
+    _at_least(W.score(labels, sites), 130, 0, 2, 1.0, 0.98, "all")
+    _at_least(W.score(W.set_labels(labels, "wild1"), W.set_sites(sites, "wild1")), 96, 0, 1, 1.0, 0.98, "wild1")
     _at_least(W.score(W.set_labels(labels, "wild2"), W.set_sites(sites, "wild2")), 34, 0, 1, 1.0, 0.97, "wild2")
     sdpa = W.score([lb for lb in labels if lb.rule == "sdpa-attention"], [s for s in sites if s.rule == "sdpa-attention"])
-    _at_least(sdpa, 101, 0, 4, 1.0, 0.96, "sdpa-attention")
+    _at_least(sdpa, 103, 0, 2, 1.0, 0.98, "sdpa-attention")
     norm_rules = {"layer-norm", "rms-norm"}
     norms = W.score([lb for lb in labels if lb.rule in norm_rules], [s for s in sites if s.rule in norm_rules])
     _at_least(norms, 20, 0, 0, 1.0, 1.0, "norms")
