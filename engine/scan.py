@@ -231,7 +231,11 @@ def _style_for(styles: dict, path: Path):
 
 def _never_runs(findings: list[Finding], path: Path, text: str, known: dict[str, dict]) -> bool:
     """Report the guarded findings whose guard holds with the class's default settings
-    (engine/synthesize/defaults.py): the kernel would never run. Whether there was one."""
+    (engine/synthesize/defaults.py): the kernel would never run; where another match of the same
+    root is rewritable with a guard that does not hold by default (the kernel on the branch the
+    defaults take, `HaloAttn`'s `scale_pos_embed`), the finding reports that one instead. Whether a
+    finding changed."""
+    from engine.match.scope import adopt, fallback
     from engine.synthesize import defaults
 
     found = False
@@ -241,6 +245,15 @@ def _never_runs(findings: list[Finding], path: Path, text: str, known: dict[str,
         if f.cls not in known:
             known[f.cls] = defaults.settings(path, text, f.cls)
         if defaults.holds_by_default(f.guard_text, known[f.cls]):
+            while (other := fallback(f)) is not None:
+                if other.status == "rewritten" or not (other.guard_text and "self." in other.guard_text
+                                                       and defaults.holds_by_default(other.guard_text, known[f.cls])):
+                    break
+                f.fallbacks = other.fallbacks
+            if other is not None:
+                adopt(f, other)
+                found = True
+                continue
             f.status = "near-miss"
             f.reason = (f"not rewritten: the original is kept when `{f.guard_text}`, which holds with the "
                         f"default settings ({defaults.default_terms(f.guard_text, known[f.cls])}): "

@@ -816,11 +816,16 @@ def _scaled_after_fill(match: Match, ix: MethodIndex) -> str | None:
     the filled scores) is part of the kernel's scale, which SDPA applies before its mask, where the
     fill is -inf and the factor a proven positive Python number: -inf times it stays -inf (a finite
     fill times a small factor would no longer drop the keys, a negative factor would raise them). An
-    additive mask before it would be scaled too, which the kernel's is not."""
+    additive mask before it is scaled too, which the kernel's is not: `(s + m) * c == s * c + m * c`,
+    so where the mask is added on every path with no fill between, it passes to the kernel times the
+    factor (a number, as every `scale` step's: engine.synthesize.layout)."""
     if "s3s" not in match.nodes:
         return None
     if "mask" in match.bindings or "mask2" in match.bindings:
-        return "the scores are scaled after an additive mask, which the kernel adds after its scale"
+        factor = match.bindings.get("factor3")
+        if "s3" in match.nodes or "s2c" in match.nodes or match.optional & {"mask", "mask2"} or factor is None:
+            return "the scores are scaled after an additive mask, which the kernel adds after its scale"
+        return None
     if "s3" not in match.nodes:
         return None
     factor = match.bindings.get("factor3")

@@ -928,6 +928,16 @@ def fallback(finding: Finding) -> Finding | None:
     return None
 
 
+_CHOSEN_MATCH_FIELDS = ("status", "line", "end_line", "reason", "locations", "related", "guard_text", "checks",
+                        "companions", "dead", "match", "fallbacks")
+
+
+def adopt(finding: Finding, other: Finding) -> None:
+    """`finding` reports `other`, a fallback match of its root, from now on (its site, guard, match)."""
+    for name in _CHOSEN_MATCH_FIELDS:
+        setattr(finding, name, getattr(other, name))
+
+
 # constraints on how the match reads the scores' layout and order of steps: a reading they refuse
 # (another value's product permuted and added to the scores, taken for the scores; a scale after an
 # additive mask taken for a scale after the fill) gives way to a less full one of the same root

@@ -86,7 +86,7 @@ class _File:
     def _edit(synth: Synthesizer, finding: Finding) -> Edit:
         """The edit of `finding`; where synthesis cannot write its match, the edit of the next of the
         same root's other matches that it can (the finding then reports that one)."""
-        from engine.match.scope import fallback
+        from engine.match.scope import adopt, fallback
 
         try:
             return synth.edit(finding)
@@ -100,9 +100,7 @@ class _File:
             except (SynthesisError, TemplateError):
                 finding.fallbacks = other.fallbacks
                 continue
-            for name in ("status", "line", "end_line", "reason", "locations", "related", "guard_text", "checks",
-                         "companions", "dead", "match", "fallbacks"):
-                setattr(finding, name, getattr(other, name))
+            adopt(finding, other)
             return edit
         raise first
 

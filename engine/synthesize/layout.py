@@ -192,6 +192,9 @@ def lookup(match: Match, base: Callable[[str], str | None],
             if not terms:
                 return None
             text = " + ".join(terms)
+            factor = base("factor3") if "s3s" in match.nodes else None
+            if factor is not None:  # `(s + m) * c`: the kernel scales before it adds (constraint `scaled_after_fill`)
+                text = f"{_atom(text)} * {_atom(factor)}"
             through = match.optional_through.get("mask") or match.optional_through.get("mask2")
             if "s2c" in match.nodes and len(terms) == 1:
                 # the scores clamped at their dtype's lowest value after the mask (OPT): the kernel
