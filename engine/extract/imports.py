@@ -86,14 +86,22 @@ class Imports:
         return qualify_chain(expr, self.names)
 
 
-def qualify_chain(expr: ast.expr, names: dict[str, str]) -> str | None:
-    """The qualified name of a Name/Attribute chain, its head looked up in `names` (local name ->
-    qualified name; unknown heads stand for themselves); None for any other expression."""
+def name_chain(expr: ast.expr) -> list[str] | None:
+    """The names of a Name/Attribute chain, head first (`a.b.c` -> a, b, c); None for any other
+    expression."""
     attrs: list[str] = []
     while isinstance(expr, ast.Attribute):
         attrs.append(expr.attr)
         expr = expr.value
     if not isinstance(expr, ast.Name):
         return None
-    head = names.get(expr.id, expr.id)
-    return head + "." + ".".join(reversed(attrs)) if attrs else head
+    return [expr.id, *reversed(attrs)]
+
+
+def qualify_chain(expr: ast.expr, names: dict[str, str]) -> str | None:
+    """The qualified name of a Name/Attribute chain, its head looked up in `names` (local name ->
+    qualified name; unknown heads stand for themselves); None for any other expression."""
+    chain = name_chain(expr)
+    if chain is None:
+        return None
+    return ".".join([names.get(chain[0], chain[0]), *chain[1:]])

@@ -23,7 +23,7 @@ from contextvars import ContextVar
 from pathlib import Path
 
 from engine.dsl.ir import LayerDef
-from engine.extract.imports import module_name_for
+from engine.extract.imports import module_name_for, name_chain
 from engine.repo_files import UnsafePath, read_inside
 
 MAX_HOPS = 8  # re-exports followed for one name
@@ -122,14 +122,9 @@ class PackageIndex:
     def resolve(self, rel: str, tree: ast.Module, expr: ast.expr) -> tuple[str, str] | None:
         """(file, class name) of the class that `expr` (a name or a dotted chain of names) stands
         for in the module `rel`, where another file of the repository defines it; else None."""
-        chain: list[str] = []
-        while isinstance(expr, ast.Attribute):
-            chain.append(expr.attr)
-            expr = expr.value
-        if not isinstance(expr, ast.Name):
+        chain = name_chain(expr)
+        if chain is None:
             return None
-        chain.append(expr.id)
-        chain.reverse()
         binding = self.binding(tree, chain[0])
         if isinstance(binding, ast.ImportFrom):
             alias = next(a for a in binding.names if (a.asname or a.name) == chain[0])

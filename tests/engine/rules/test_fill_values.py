@@ -16,7 +16,8 @@ from __future__ import annotations
 import pytest
 
 from engine.extract import extract_source
-from engine.scan import scan_source, select_rules
+from tests.engine.rules.harness import rewrite as _rewrite
+from tests.engine.rules.harness import scan as _scan
 
 HEADER = '''
 import torch
@@ -69,16 +70,6 @@ class Attention(nn.Module):
         attn = dots.softmax(dim=-1)
         return torch.einsum('b h i j, b h j d -> b h i d', attn, v)
 '''
-
-
-def _scan(source: str) -> tuple[list, str]:
-    return scan_source(source, select_rules("sdpa-attention"), "case.py", "case")
-
-
-def _rewrite(source: str) -> str:
-    findings, new = _scan(source)
-    assert new != source, [(f.status, f.reason) for f in findings]
-    return new
 
 
 def _unchanged(source: str, reason: str) -> None:

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine.scan import scan_source, select_rules
+from tests.engine.rules.harness import namespace as _namespace
+from tests.engine.rules.harness import statuses as _scan
 
 torch = pytest.importorskip("torch")
 
@@ -45,17 +46,6 @@ class RelVec(nn.Module):
         attn = nn.functional.softmax(attn, dim=-1)
         return torch.matmul(attn, v)
 """
-
-
-def _scan(source: str):
-    findings, new = scan_source(source, select_rules("sdpa-attention"), "case.py", "case")
-    return [(f.status, f.reason) for f in findings], new
-
-
-def _namespace(source: str) -> dict:
-    namespace: dict = {}
-    exec(compile(source, "<case>", "exec"), namespace)  # noqa: S102 - sources written in this file
-    return namespace
 
 
 def _same(source: str, new: str) -> None:

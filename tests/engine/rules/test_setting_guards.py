@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine.scan import scan_source, select_rules
+from tests.engine.rules.harness import rewrite as _rewrite
+from tests.engine.rules.harness import scan as _scan
 
 BASIC = '''
 import torch
@@ -61,16 +62,6 @@ class Attention(nn.Module):
         s = torch.matmul(q, k.transpose(-2, -1)) * 0.125
         return torch.matmul(s.softmax(dim=self.dim), v)
 '''
-
-
-def _scan(source: str) -> tuple[list, str]:
-    return scan_source(source, select_rules("sdpa-attention"), "case.py", "case")
-
-
-def _rewrite(source: str) -> str:
-    findings, new = _scan(source)
-    assert new != source, [(f.status, f.reason) for f in findings]
-    return new
 
 
 def test_setting_axis_is_guarded_by_its_value():
