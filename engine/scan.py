@@ -249,7 +249,6 @@ def _never_runs(findings: list[Finding], path: Path, text: str, known: dict[str,
                 if other.status == "rewritten" or not (other.guard_text and "self." in other.guard_text
                                                        and defaults.holds_by_default(other.guard_text, known[f.cls])):
                     break
-                f.fallbacks = other.fallbacks
             if other is not None:
                 adopt(f, other)
                 found = True

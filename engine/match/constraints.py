@@ -821,14 +821,13 @@ def _scaled_after_fill(match: Match, ix: MethodIndex) -> str | None:
     factor (a number, as every `scale` step's: engine.synthesize.layout)."""
     if "s3s" not in match.nodes:
         return None
+    factor = match.bindings.get("factor3")
     if "mask" in match.bindings or "mask2" in match.bindings:
-        factor = match.bindings.get("factor3")
         if "s3" in match.nodes or "s2c" in match.nodes or match.optional & {"mask", "mask2"} or factor is None:
             return "the scores are scaled after an additive mask, which the kernel adds after its scale"
         return None
     if "s3" not in match.nodes:
         return None
-    factor = match.bindings.get("factor3")
     if not _fill_is_infinite(match.bindings.get("fill")):
         return "the scores are scaled after a `masked_fill` whose value is not -inf"
     if factor is None or not _positive(factor, ix):
