@@ -108,14 +108,43 @@ def scan_source(text: str, rules: list[Rule], path: str = "model.py", module: st
     """Scan one source text; return the findings and the rewritten text (unchanged if none).
     `package`: the repository the file at `path` belongs to, whose other files may define its
     classes' bases (engine/extract/package.py)."""
-    from engine.synthesize import apply_findings
 
     with repo_package.using(package):
         fm, parsed = extract_parsed(text, path, module)  # one parse, for extraction and what follows
         findings = _find(fm, text, rules, parsed)
-        rewrite = any(f.status in ("rewritten", "guarded") for f in findings)
-        new_text = apply_findings(text, findings, parsed=parsed) if rewrite else text
+        new_text = _rewritten(text, findings, Path(path), _package_reader(package), parsed=parsed)
     return findings, new_text
+
+
+def _rewritten(text: str, findings: list[Finding], path: Path, read, style=None, parsed=None) -> str:
+    """The file rewritten by its applicable findings, after those whose kernel would never run
+    with the class's default settings are reported instead (`_never_runs`): the same decision for
+    a folder's scan and for one text (a rule's own rewrite of a file for its pull-request group).
+    `read`: another file of the repository by its path (for configuration classes), or None."""
+    from engine.synthesize import apply_findings
+
+    known: dict[str, dict] = {}  # class -> its settings' defaults (engine/synthesize/defaults.py)
+    _never_runs(findings, path, text, known, read)
+    if not any(f.status in ("rewritten", "guarded") for f in findings):
+        return text
+    new_text = apply_findings(text, findings, style, parsed=parsed)  # type: ignore[arg-type]
+    if _never_runs(findings, path, text, known, read):  # synthesis chose another match, whose guard does
+        new_text = apply_findings(text, findings, style)  # type: ignore[arg-type]
+    return new_text
+
+
+def _package_reader(package: PackageIndex | None):
+    """A reader of the repository's files by their path as the index names them, through the
+    index (which reads only the repository's own files, never through a link out of it); None
+    without one."""
+    if package is None:
+        return None
+
+    def read(target: Path) -> str | None:
+        found = package.source(target.as_posix())
+        return found[0] if found is not None else None
+
+    return read
 
 
 def _python_files(root: Path, result: ScanResult) -> tuple[Path, list[Path]]:
@@ -141,7 +170,6 @@ def scan_path(root: Path | str, *, rules: str | list[Rule] = "default", include:
               exclude: list[str] | None = None, rewrite: bool = True, progress=None) -> ScanResult:
     """Scan a file or folder. Files that do not parse or cannot be read become diagnostics; the
     rest is scanned."""
-    from engine.synthesize import apply_findings
 
     root = Path(root)
     from engine.synthesize.contract import project_root, torch_contract
@@ -155,6 +183,7 @@ def scan_path(root: Path | str, *, rules: str | list[Rule] = "default", include:
     marked: dict[str, str] = {}  # relative path -> text, of the files holding such marks
     # the repository's files, read only where a class derives from a class of another of them
     result.package = PackageIndex(base, [p.relative_to(base).as_posix() for p in paths])
+    read = _package_reader(result.package)  # configuration classes of other files (only files inside `base`)
     with repo_package.using(result.package):
         for index, path in enumerate(paths):
             rel = path.relative_to(base).as_posix()
@@ -190,7 +219,6 @@ def scan_path(root: Path | str, *, rules: str | list[Rule] = "default", include:
             result.files_scanned += 1
             result.diagnostics.extend(fm.diagnostics)
             findings = _find(fm, text, chosen, parsed)
-            known_settings: dict[str, dict] = {}  # class -> its settings' defaults (engine/synthesize/defaults.py)
             result.findings.extend(findings)
             for f in findings:
                 requires = f.match.rule.requires if f.match is not None else ()
@@ -201,13 +229,11 @@ def scan_path(root: Path | str, *, rules: str | list[Rule] = "default", include:
                     f.status, f.reason = "near-miss", f"not rewritten: {refused}"
                 else:
                     f.message = f"{f.message} (needs {', '.join(requires)})"
-            _never_runs(findings, path, text, known_settings)
-            if rewrite and any(f.status in ("rewritten", "guarded") for f in findings):
+            if not rewrite:
+                _never_runs(findings, Path(rel), text, {}, read)
+            elif any(f.status in ("rewritten", "guarded") for f in findings):
                 try:
-                    style = _style_for(styles, path)
-                    new_text = apply_findings(text, findings, style, parsed=parsed)  # type: ignore[arg-type]
-                    if _never_runs(findings, path, text, known_settings):  # synthesis chose another match, whose guard does
-                        new_text = apply_findings(text, findings, style)  # type: ignore[arg-type]
+                    new_text = _rewritten(text, findings, Path(rel), read, _style_for(styles, path), parsed)
                 except Exception as exc:  # a synthesis bug must not lose the scan
                     result.diagnostics.append(Diagnostic(rel, 0, f"rewrite failed and was skipped: {exc}", "error"))
                     continue
@@ -229,7 +255,7 @@ def _style_for(styles: dict, path: Path):
     return style
 
 
-def _never_runs(findings: list[Finding], path: Path, text: str, known: dict[str, dict]) -> bool:
+def _never_runs(findings: list[Finding], path: Path, text: str, known: dict[str, dict], read=None) -> bool:
     """Report the guarded findings whose guard holds with the class's default settings
     (engine/synthesize/defaults.py): the kernel would never run; where another match of the same
     root is rewritable with a guard that does not hold by default (the kernel on the branch the
@@ -243,7 +269,7 @@ def _never_runs(findings: list[Finding], path: Path, text: str, known: dict[str,
         if f.status != "guarded" or not f.guard_text or "self." not in f.guard_text:
             continue
         if f.cls not in known:
-            known[f.cls] = defaults.settings(path, text, f.cls)
+            known[f.cls] = defaults.settings(path, text, f.cls, read)
         if defaults.holds_by_default(f.guard_text, known[f.cls]):
             while (other := fallback(f)) is not None:
                 if other.status == "rewritten" or not (other.guard_text and "self." in other.guard_text

@@ -15,6 +15,7 @@ unknown, and a guard is decided only when it holds whatever the unknown terms ar
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 from pathlib import Path
 
 _UNKNOWN = object()
@@ -48,9 +49,10 @@ def _constant(node: ast.expr) -> object:
         return _UNKNOWN
 
 
-def _config_defaults(path: Path, tree: ast.Module, annotation: ast.expr | None) -> dict[str, object]:
+def _config_defaults(path: Path, tree: ast.Module, annotation: ast.expr | None,
+                     read: Callable[[Path], str | None] | None) -> dict[str, object]:
     """The constant defaults of the configuration class `annotation` names, found through the
-    file's relative or same-folder imports."""
+    file's relative or same-folder imports (a file of the scanned repository, read by `read`)."""
     if not isinstance(annotation, ast.Name):
         return {}
     for stmt in tree.body:
@@ -59,11 +61,12 @@ def _config_defaults(path: Path, tree: ast.Module, annotation: ast.expr | None) 
             if not stmt.module or stmt.level > 1:
                 return {}
             target = path.parent / (stmt.module.rpartition(".")[2] + ".py") if stmt.level == 1 else None
-            if target is None or not target.is_file():
+            source = read(target) if target is not None and read is not None else None
+            if source is None:
                 return {}
             try:
-                config_tree = ast.parse(target.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError, SyntaxError, ValueError, MemoryError, RecursionError):
+                config_tree = ast.parse(source)
+            except (SyntaxError, ValueError, MemoryError, RecursionError):
                 return {}
             cls = _class(config_tree, name)
             init = _init(cls) if cls is not None else None
@@ -71,8 +74,11 @@ def _config_defaults(path: Path, tree: ast.Module, annotation: ast.expr | None) 
     return {}
 
 
-def settings(path: Path, text: str, class_name: str) -> dict[str, object]:
-    """`self.<name>` -> its value under the defaults, for the settings `__init__` fixes."""
+def settings(path: Path, text: str, class_name: str,
+             read: Callable[[Path], str | None] | None = None) -> dict[str, object]:
+    """`self.<name>` -> its value under the defaults, for the settings `__init__` fixes. `read`
+    gives the text of another file of the repository (a path as `path` is named), None where it
+    is not one or cannot be read: without it no configuration class of another file is read."""
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError, MemoryError, RecursionError):
@@ -104,7 +110,7 @@ def settings(path: Path, text: str, class_name: str) -> dict[str, object]:
         elif isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name) and value.value.id in annotations:
             owner = value.value.id
             if owner not in configs:
-                configs[owner] = _config_defaults(path, tree, annotations[owner])
+                configs[owner] = _config_defaults(path, tree, annotations[owner], read)
             out[target.attr] = configs[owner].get(value.attr, _UNKNOWN)
         else:
             out[target.attr] = _constant(value)

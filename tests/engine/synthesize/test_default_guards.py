@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.scan import scan_path
+from engine.extract.package import PackageIndex
+from engine.scan import scan_path, scan_source, select_rules
 from engine.synthesize import defaults
 
 CONFIG = '''
@@ -73,3 +74,38 @@ def test_defaults_are_read_from_init_and_unknown_terms_decide_nothing():
     assert not defaults.holds_by_default("output_attentions or not self.flag", known)
     assert not defaults.holds_by_default("output_attentions or self.window_size is not None", known)
     assert defaults.holds_by_default("self.scale == 0.125", known)
+
+
+def test_one_text_gets_the_same_decision_as_the_folder_scan(tmp_path):
+    """A rule's own rewrite of a file (the pull request's group, engine/pipeline.py) and the wild
+    benchmark scan one text with `scan_source`: a kernel that would never run by default is
+    reported there too, reading the configuration through the repository's index."""
+    root = _repo(tmp_path, CONFIG)
+    files = ["toy/__init__.py", "toy/configuration_toy.py", "toy/modeling_toy.py"]
+    index = PackageIndex(root, files)
+    findings, text = scan_source(MODELING, select_rules("sdpa-attention"), "toy/modeling_toy.py", "toy.modeling_toy",
+                                 index)
+    [finding] = [f for f in findings if f.rule_id == "sdpa-attention"]
+    assert finding.status == "near-miss" and "window_size=4" in finding.reason
+    assert text == MODELING
+    # without the repository the configuration is unknown: the guarded rewrite stands
+    findings, text = scan_source(MODELING, select_rules("sdpa-attention"), "toy/modeling_toy.py", "toy.modeling_toy")
+    assert [f.status for f in findings if f.rule_id == "sdpa-attention"] == ["guarded"]
+    assert "scaled_dot_product_attention" in text
+
+
+def test_a_configuration_outside_the_repository_is_not_read(tmp_path):
+    """A hostile repository's `configuration_toy.py` that links outside it: the scan reads no file
+    there (the defaults stay unknown, so the guard decides nothing)."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "configuration_toy.py").write_text(CONFIG)
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    root = _repo(repo, CONFIG)
+    link = root / "toy" / "configuration_toy.py"
+    link.unlink()
+    link.symlink_to(outside / "configuration_toy.py")
+    result = scan_path(root, rules="sdpa-attention")
+    [finding] = [f for f in result.findings if f.rule_id == "sdpa-attention"]
+    assert finding.status == "guarded", finding.reason
