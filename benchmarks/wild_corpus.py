@@ -11,7 +11,9 @@ protein structure, time series), and `wild3`, nine libraries held out and labell
 the tool ran on them (speech: espnet; feature matching: kornia; video: pytorchvideo; music: demucs;
 NLP: allennlp; dialogue: parlai; vision pretraining: mmpretrain; text-to-image: dalle-pytorch;
 LLM fine-tuning: torchtune), and `wild4`, five more held out the same way (vision: torchvision;
-tabular: pytorch-widedeep; speech separation: asteroid; NLP: stanza; time series: tsai).
+tabular: pytorch-widedeep; speech separation: asteroid; NLP: stanza; time series: tsai), and `wild5`, six
+more held out the same way (audio: torchaudio; graph: torch-geometric; time series: neuralforecast; recommender
+systems: recbole; CTR prediction: deepctr-torch; genomics: enformer-pytorch).
 
     python benchmarks/wild_corpus.py              # score table, disagreements, compile/idempotence
     python benchmarks/wild_corpus.py --set wild2  # one set only
@@ -173,6 +175,30 @@ PACKAGES: tuple[Package, ...] = (
     Package("tsai", "tsai", "0.4.0", "time series", tuple(f"tsai/models/{m}.py" for m in (
         "TST", "PatchTST", "TabTransformer", "TSPerceiver", "TabFusionTransformer", "RNNAttention", "RNNAttentionPlus",
         "ConvTranPlus", "layers")), "wild4"),
+    # wild5: held out, labelled by reading the code, by what a correct rewrite could do, before the tool ran on it
+    Package("torchaudio", "torchaudio", "2.5.1", "speech/audio", (
+        "torchaudio/models/*.py", "torchaudio/models/wav2vec2/*.py", "torchaudio/models/squim/*.py",
+        "torchaudio/prototype/models/rnnt.py"), "wild5"),
+    Package("torch-geometric", "torch-geometric", "2.8.1", "graph", ("torch_geometric/nn/attention/*.py",) + tuple(
+        f"torch_geometric/nn/{m}.py" for m in (
+            "norm/layer_norm", "norm/graph_norm", "norm/pair_norm", "conv/dna_conv", "conv/transformer_conv",
+            "dense/dense_gat_conv")), "wild5"),
+    Package("neuralforecast", "neuralforecast", "3.3.0", "time series",
+            ("neuralforecast/common/_modules.py", "neuralforecast/common/_base_model.py") + tuple(
+                f"neuralforecast/models/{m}.py" for m in (
+                    "informer", "patchtst", "tft", "timellm", "autoformer", "fedformer", "stemgnn", "tsmixerx",
+                    "itransformer")), "wild5"),
+    Package("recbole", "recbole", "1.2.1", "recommender systems", ("recbole/model/layers.py", "recbole/trainer/trainer.py")
+            + tuple(f"recbole/model/{m}.py" for m in (
+                "sequential_recommender/fearec", "sequential_recommender/shan", "sequential_recommender/ksr",
+                "sequential_recommender/core", "sequential_recommender/repeatnet",
+                "knowledge_aware_recommender/ripplenet", "knowledge_aware_recommender/mcclk",
+                "context_aware_recommender/fignn")), "wild5"),
+    Package("deepctr-torch", "deepctr-torch", "0.3.0", "CTR prediction", (
+        "deepctr_torch/layers/interaction.py", "deepctr_torch/layers/sequence.py", "deepctr_torch/models/basemodel.py"),
+            "wild5"),
+    Package("enformer-pytorch", "enformer-pytorch", "0.8.12", "genomics",
+            ("enformer_pytorch/modeling_enformer.py", "enformer_pytorch/finetune.py"), "wild5"),
 )
 SETS: tuple[str, ...] = tuple(dict.fromkeys(p.set for p in PACKAGES))
 

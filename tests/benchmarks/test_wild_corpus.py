@@ -35,6 +35,10 @@ the module under a guard (parlai), a base class from another file (mixmim) and f
 (ESM-2): wild1 TP 96 FN 1, wild2 TP 34 FN 1 (together TP 130 FN 2, sdpa TP 103 FN 2), wild3 TP 70
 FN 8, all four sets FP 0; wild1-3 together TP 200 FN 10, R 0.952.
 
+wild5 (torchaudio, torch-geometric, neuralforecast, recbole, deepctr-torch, enformer-pytorch), held out
+and labelled the same way before the tool ran on it, has its own figures: on 2026-12-04, at its first
+scan, TP 7  FP 0  FN 14   P 1.000  R 0.333.
+
 No look-alike is rewritten. Raise the figures when the engine improves; never lower them to
 let a change through. Every rewritten file must also compile and be left alone by a second scan."""
 
@@ -87,11 +91,13 @@ def _at_least(result: W.Score, tp: int, fp: int, fn: int, precision: float, reca
 def test_precision_and_recall_against_the_labels(scanned, labels):
     _, scans = scanned
     every_site = [s for scan in scans for s in scan.sites]
-    # the figures below were set on wild1 and wild2; wild3 and wild4, labelled later, have ratchets of their own
+    # the figures below were set on wild1 and wild2; wild3, wild4 and wild5, labelled later, have ratchets of their own
     wild3 = W.score(W.set_labels(labels, "wild3"), W.set_sites(every_site, "wild3"))
     _at_least(wild3, 70, 0, 8, 1.0, 0.89, "wild3")
     wild4 = W.score(W.set_labels(labels, "wild4"), W.set_sites(every_site, "wild4"))
     _at_least(wild4, 11, 0, 11, 1.0, 0.5, "wild4")
+    wild5 = W.score(W.set_labels(labels, "wild5"), W.set_sites(every_site, "wild5"))
+    _at_least(wild5, 7, 0, 14, 1.0, 0.33, "wild5")
     labels = W.set_labels(labels, "wild1") + W.set_labels(labels, "wild2")
     sites = W.set_sites(every_site, "wild1") + W.set_sites(every_site, "wild2")
     _at_least(W.score(labels, sites), 130, 0, 2, 1.0, 0.98, "all")
