@@ -39,6 +39,11 @@ wild5 (torchaudio, torch-geometric, neuralforecast, recbole, deepctr-torch, enfo
 and labelled the same way before the tool ran on it, has its own figures: on 2026-12-04, at its first
 scan, TP 7  FP 0  FN 14   P 1.000  R 0.333.
 
+On 2026-12-04 the benchmark started to score what the command line does: a guarded rewrite whose
+kernel never runs with the class's default settings is refused there, and the benchmark had counted
+parlai's BasicAttention (every construction in the scanned files keeps `get_weights=True`) as found:
+wild3 TP 69 FN 9. That figure was lowered because it had measured the wrong thing, not to let a change through.
+
 No look-alike is rewritten. Raise the figures when the engine improves; never lower them to
 let a change through. Every rewritten file must also compile and be left alone by a second scan."""
 
@@ -93,9 +98,9 @@ def test_precision_and_recall_against_the_labels(scanned, labels):
     every_site = [s for scan in scans for s in scan.sites]
     # the figures below were set on wild1 and wild2; wild3, wild4 and wild5, labelled later, have ratchets of their own
     wild3 = W.score(W.set_labels(labels, "wild3"), W.set_sites(every_site, "wild3"))
-    _at_least(wild3, 70, 0, 8, 1.0, 0.89, "wild3")
+    _at_least(wild3, 69, 0, 9, 1.0, 0.88, "wild3")
     wild4 = W.score(W.set_labels(labels, "wild4"), W.set_sites(every_site, "wild4"))
-    _at_least(wild4, 11, 0, 11, 1.0, 0.5, "wild4")
+    _at_least(wild4, 12, 0, 10, 1.0, 0.54, "wild4")
     wild5 = W.score(W.set_labels(labels, "wild5"), W.set_sites(every_site, "wild5"))
     _at_least(wild5, 7, 0, 14, 1.0, 0.33, "wild5")
     labels = W.set_labels(labels, "wild1") + W.set_labels(labels, "wild2")
