@@ -21,7 +21,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
-from engine.extract.package import PackageIndex
+from engine.extract.package import MAX_HOPS, PackageIndex
 
 MAX_DEPTH = 4  # `**kwargs` forwarding levels followed up through callers
 MAX_CALLS = 64  # call sites read in all
@@ -218,14 +218,17 @@ def _calls_of(search: _Search, rel: str, fn: _Func) -> list[tuple[str, _Func | N
     targets = {(rel, fn.name)}
     files = sorted(search.package.files) if search.package is not None else [rel]
     mentioning = {rel}  # the files whose text names the function (or a name standing for it)
-    changed = True
+    changed, rounds = True, 0
     while changed:
-        changed = False
+        changed, rounds = False, rounds + 1
+        if rounds > MAX_HOPS:
+            raise Unknown(f"`{fn.name}` is re-exported through more than {MAX_HOPS} modules")
+        words = {name for _, name in targets}
         for other in files:
-            if other == rel or not other.endswith(".py"):
+            if other == rel or search.package is None or not search.package.mentions(other, words):
                 continue
-            found = search.package.source(other) if search.package is not None else None
-            if found is None or not any(name in found[0] for _, name in targets):
+            found = search.package.source(other)
+            if found is None:
                 continue
             mentioning.add(other)
             for stmt in ast.walk(found[1]):

@@ -94,6 +94,9 @@ def test_kwargs_its_callers_fill_with_other_settings_get_fused(name: str, genera
          "def get_split_optimizer(name, model, lr, weight_decay=None, extra_args=None):\n",
          "is a parameter of `get_split_optimizer`"),
         ("extra_args.update(maximize=False)", "fill(extra_args)", "which could add keys"),
+        # the parameters are read on the optimizer's path too (not only on other branches)
+        ("    if name == \"adam\":\n", "    extra_logging += str(len(list(parameters)))\n    if name == \"adam\":\n",
+         "`parameters` is read elsewhere"),
         # the function is handed out, not only called
         ("raise ValueError(extra_logging)\n", "raise ValueError(extra_logging)\n\n\nOPTIMIZERS = [dispatch_optimizer]\n",
          "referred to other than by calling it"),
