@@ -48,6 +48,7 @@ class PackageIndex:
         self._modules: dict[tuple[str, int, str], str | None] = {}  # (folder, level, module) -> its file
         self._tables: list[tuple[ast.Module, dict[str, list[ast.stmt]] | None]] = []  # see `binding`
         self._busy: set[tuple[str, str]] = set()  # classes whose layers are being computed (a cycle)
+        self._texts: dict[str, str] = {}  # file -> its text, where `mentions` read it
 
     def module_of(self, rel: str) -> str:
         if self._module_of is not None:
@@ -70,6 +71,22 @@ class PackageIndex:
                 found = None
         self._parsed[rel] = found
         return found
+
+    def mentions(self, rel: str, words: Iterable[str]) -> bool:
+        """Whether the text of a file of the repository holds one of `words`, read without parsing
+        it (a file that cannot be read holds none)."""
+        text = self._texts.get(rel)
+        if text is None:
+            found = self._parsed.get(rel)
+            text = found[0] if found is not None else ""
+            if found is None and rel in self.files and rel not in self._parsed:
+                try:
+                    raw = read_inside(self.root, rel.removeprefix(self.prefix))
+                    text = raw.decode("utf-8") if len(raw) <= MAX_FILE_BYTES else ""
+                except (UnsafePath, OSError, UnicodeDecodeError):
+                    text = ""
+            self._texts[rel] = text
+        return any(word in text for word in words)
 
     def remember(self, rel: str, text: str, tree: ast.Module) -> None:
         """The scan's own parse of a file, kept for when another file's class derives from one of it."""

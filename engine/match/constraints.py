@@ -9,6 +9,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+from engine.analysis.kwargs import Unknown, dict_keys
 from engine.analysis.numbers import (
     attribute_is_setting,
     attribute_values,
@@ -17,6 +18,9 @@ from engine.analysis.numbers import (
     tree_of,
 )
 from engine.dsl.ir import Const, Node, Operand, Pos, Seq, Sym, Var
+from engine.extract import package
+from engine.match.fused import _exclusive
+from engine.match.fused import _File as _BranchFile
 from engine.match.matcher import Match, MethodIndex, numeric, render
 from engine.match.polynomial import PolynomialReader
 
@@ -135,15 +139,47 @@ def _linear_has_bias(match: Match, ix: MethodIndex) -> str | None:
     return None
 
 
+_CHOOSING = ("fused", "foreach", "capturable", "differentiable")  # settings that conflict with fused=
+
+
 def _not_already_chosen(match: Match, ix: MethodIndex) -> str | None:
     """The optimizer call does not already choose an implementation (`fused=`, `foreach=`,
-    `capturable=`, `differentiable=`, or a `**kwargs` that may)."""
+    `capturable=`, `differentiable=`), nor passes a `**kwargs` that may: the keys a `**` dict can
+    hold must be proven, from the function's code and its callers' (engine.analysis.kwargs), to
+    include none of them."""
     node = match.root
     for key, _ in node.kwargs:
-        if key in ("fused", "foreach", "capturable", "differentiable"):
+        if key in _CHOOSING:
             return f"the call already sets {key}="
-        if key == "**":
-            return "the call passes **kwargs, which may already choose an implementation"
+    if any(key == "**" for key, _ in node.kwargs):
+        return _kwargs_choose_nothing(match)
+    return None
+
+
+def _kwargs_choose_nothing(match: Match) -> str | None:
+    """Why the `**` dicts of the optimizer call may choose an implementation, or None where their
+    keys are proven to include none of `_CHOOSING`."""
+    node, pos = match.root, match.method.pos
+    tree = tree_of(match.file.path)
+    fn = next((n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+               and n.lineno == pos.line and n.col_offset == pos.col), None) if tree is not None and pos else None
+    call = next((n for n in ast.walk(fn) if isinstance(n, ast.Call) and n.lineno == node.pos.line
+                 and n.col_offset == node.pos.col), None) if fn is not None and node.pos and not node.via else None
+    if call is None:
+        return "the call passes **kwargs, which may already choose an implementation"
+    for kw in call.keywords:
+        if kw.arg is not None:
+            continue
+        text = ast.unparse(kw.value)
+        if not isinstance(kw.value, ast.Name):
+            return f"the call passes **{text}, which may already choose an implementation"
+        try:
+            keys = dict_keys(tree, match.file.path, fn, kw.value.id, package.current())
+        except Unknown as unknown:
+            return f"the call passes **{text}, which may already choose an implementation: {unknown}"
+        chosen = next((k for k in _CHOOSING if k in keys), None)
+        if chosen is not None:
+            return f"the call passes **{text}, which may set {chosen}= (at {keys[chosen]})"
     return None
 
 
@@ -902,8 +938,9 @@ def _fused_where_params_live(match: Match, ix: MethodIndex) -> str | None:
     readable twice without being consumed: `<module>.parameters()` (called again), or a list built in
     the function (a list literal or comprehension, or one filled by `append`/`insert`, of parameters
     or of groups whose `params` are such lists or were already iterated here), or parameters passed
-    in that nothing else in the function reads, materialized once as the optimizer's argument
-    (`$materialized`: `model_params := list(model_params)`). Binds `$fused` to that test."""
+    in that nothing else on the optimizer's path through the function reads, materialized once as
+    the optimizer's argument (`$materialized`: `model_params := list(model_params)`). Binds `$fused`
+    to that test."""
     node = match.root
     params = node.inputs[0] if node.inputs else node.kwarg("params")
     producer = ix.defs.get(params.name) if isinstance(params, Var) else None
@@ -939,7 +976,7 @@ def _materialized_once(params: Operand, match: Match, ix: MethodIndex) -> str | 
     read by nothing but the optimizer: materialized once as the optimizer's first argument
     (`model_params := list(model_params)`, as the optimizer's own `list(params)` does), both the
     optimizer and the device test read that list. Groups (dicts) are not looked into, which could
-    consume their `params`: any makes the test False. Binds `$materialized` and `$fused`."""
+    consume their `params` (`_items_on_fused_devices`). Binds `$materialized` and `$fused`."""
     node = match.root
     name = params.name if isinstance(params, Var) and node.inputs and node.inputs[0] is params else None
     if name is None or name not in {p.name for p in match.method.params if p.kind == "normal"}:
@@ -952,31 +989,45 @@ def _materialized_once(params: Operand, match: Match, ix: MethodIndex) -> str | 
 
 
 def _items_on_fused_devices(name: str) -> str:
-    """The device test over a list whose items may be groups made elsewhere: a group (a dict) is not
-    looked into (reading its `params` could consume them) and makes the test False."""
-    return f"all(not isinstance(p, dict) and p.device.type in {_FUSED_DEVICES} for p in {name})"
+    """The device test over a list whose items may be groups made elsewhere: a group's `params`
+    are read only where they are a list (read again unchanged; a generator there would be
+    consumed). A group holding anything else, or any parameter off a fused device, leaves `fused`
+    at its default (None: `fused=False` would also turn off the `foreach` default)."""
+    return (f"all(g.device.type in {_FUSED_DEVICES} if not isinstance(g, dict) else "
+            f'isinstance(g.get("params"), list) and all(p.device.type in {_FUSED_DEVICES} for p in g["params"]) '
+            f"for g in {name}) or None")
 
 
 def _named_once(match: Match, name: str) -> bool:
-    """Whether the source of the matched function names `name` once (besides its parameter), and
-    not in a loop, comprehension, lambda or nested function, which could run the optimizer's call
-    more than once; False where the source is not known."""
-    tree, pos = tree_of(match.file.path), match.method.pos
+    """Whether the source of the matched function names `name` once on any path through it
+    (besides its parameter): at the optimizer's call, not in a loop, comprehension, lambda or nested
+    function, which could run the call more than once, and any other mention on a path exclusive
+    with the call's (another branch of an `if`, an earlier branch that always leaves the function:
+    `if name == "adam": return Adam(params, ...)` / `elif ...: return SGD(params, ...)`); False
+    where the source is not known."""
+    tree, pos, call_pos = tree_of(match.file.path), match.method.pos, match.root.pos
     fn = next((n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
                and n.lineno == pos.line and n.col_offset == pos.col), None) if tree is not None and pos else None
-    if fn is None:
+    call = next((n for n in ast.walk(fn) if isinstance(n, ast.Call) and n.lineno == call_pos.line
+                 and n.col_offset == call_pos.col), None) if fn is not None and call_pos else None
+    if call is None or not call.args or not (isinstance(call.args[0], ast.Name) and call.args[0].id == name):
         return False
     repeats = (ast.For, ast.AsyncFor, ast.While, ast.comprehension, ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef)
-    found: list[bool] = []  # per mention: whether it is inside something that repeats it
+    found: list[tuple[ast.Name, bool]] = []  # each mention, and whether it is inside something that repeats it
 
     def walk(node: ast.AST, repeated: bool) -> None:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.Name) and child.id == name:
-                found.append(repeated)
+                found.append((child, repeated))
             walk(child, repeated or isinstance(child, repeats))
 
     walk(fn, False)
-    return found == [False]
+    own = call.args[0]
+    if (own, False) not in found:
+        return False
+    file = _BranchFile(tree, match.file.module)
+    here = file.steps(own, fn)
+    return all(mention is own or _exclusive(here, file.steps(mention, fn)) for mention, _ in found)
 
 
 _READS_THROUGH = ("set", "list", "tuple", "sorted")  # calls that iterate their argument to its end

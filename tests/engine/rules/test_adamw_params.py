@@ -226,16 +226,21 @@ def _std_steps(get_std_opt, params_of, steps: int = 4):
     [
         (lambda m: m.parameters(), True),  # a one-shot generator: read once, by list()
         (lambda m: list(m.parameters()), True),
-        (lambda m: [{"params": (p for p in m[0].parameters())}, {"params": m[1].parameters()}], False),
+        # groups whose params are generators are not read (that would consume them): the default
+        (lambda m: [{"params": (p for p in m[0].parameters())}, {"params": m[1].parameters()}], None),
+        # ... and one such group is enough
+        (lambda m: [{"params": list(m[0].parameters())}, {"params": m[1].parameters()}], None),
+        # groups of lists are read
+        (lambda m: [{"params": list(m[0].parameters())}, {"params": list(m[1].parameters()), "lr": 1e-3}], True),
     ],
 )
-def test_parameters_passed_in_are_materialized_once(given, fused: bool):
+def test_parameters_passed_in_are_materialized_once(given, fused: bool | None):
     findings, new = _rewrite(STD_OPT)
     assert [f.status for f in findings] == ["rewritten"], findings
     assert "model_params := list(model_params)" in new
     model_a, opt_a = _std_steps(_load(STD_OPT)["get_std_opt"], given)
     model_b, opt_b = _std_steps(_load(new)["get_std_opt"], given)
-    assert all(g["fused"] is fused for g in opt_b.param_groups)  # groups are not looked into
+    assert all(g["fused"] is fused for g in opt_b.param_groups)
     assert [len(g["params"]) for g in opt_b.param_groups] == [len(g["params"]) for g in opt_a.param_groups]
     assert sum(len(g["params"]) for g in opt_b.param_groups) == 4
     for a, b in zip(model_a.parameters(), model_b.parameters(), strict=True):
@@ -276,18 +281,19 @@ def test_parameters_passed_in_and_read_elsewhere_are_not_rewritten(line: str, re
 
 
 def test_a_list_made_of_parameters_passed_in_does_not_look_into_groups():
-    """`list(...)` of what was given: the items are read, a group among them makes the test False
-    (its `params`, maybe a generator, are not read)."""
+    """`list(...)` of what was given: the items are read, a group among them whose `params` are
+    not a list (maybe a generator, which reading would consume) leaves `fused` at its default."""
     code = STD_OPT.replace(
         "    base = torch.optim.Adam(model_params,",
         "    params = list(model_params)\n    base = torch.optim.Adam(params,",
     )
     findings, new = _rewrite(code)
     assert [f.status for f in findings] == ["rewritten"], findings
-    assert "isinstance(p, dict)" in new and "g['params']" not in new and 'g["params"]' not in new
+    assert 'isinstance(g.get("params"), list)' in new and "or None" in new
     given = lambda m: [{"params": (p for p in m[0].parameters())}, {"params": m[1].parameters()}]  # noqa: E731
     model_a, opt_a = _std_steps(_load(code)["get_std_opt"], given)
     model_b, opt_b = _std_steps(_load(new)["get_std_opt"], given)
+    assert [g["fused"] for g in opt_b.param_groups] == [None, None]
     assert (
         [len(g["params"]) for g in opt_b.param_groups]
         == [len(g["params"]) for g in opt_a.param_groups]
