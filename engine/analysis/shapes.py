@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import ast
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from engine.analysis import numbers
 from engine.dsl import canonical as C
 from engine.dsl.ir import ClassModel, Const, Method, Node, Operand, Seq, Sym, Var
 from engine.extract import package
+from engine.extract.imports import Imports
 
 _IDS = itertools.count(1)
 
@@ -617,6 +618,13 @@ class ShapeFacts:
                 return None
             return Shape(shape.axes[:-1] + (fresh(),), shape.exact)
         value = self.returned(node)
+        if value is None and self.method.pos is not None and "." in node.op and node.op not in self.calls:
+            # `self.act = get_activation(name)`: a function of the repository returning modules of
+            # these types, each of which keeps the shape (or whose forward proves it)
+            types = getter_types(self.method.pos.file, node.op)
+            if types:
+                value = _join([self.shape(first) if t in _SAME_SHAPE_LAYERS and len(node.inputs) == 1 and not node.kwargs
+                               else self.returned(replace(node, op=t)) for t in types])
         return value if isinstance(value, Shape) else None
 
     def returned(self, node: Node) -> Shape | tuple[Shape | None, ...] | None:
@@ -1093,6 +1101,74 @@ def callee_class(file: str, qualified: str) -> ClassModel | None:
         return None
     where = index.type_class(file, qualified)
     return index.class_model(*where) if where is not None else None
+
+
+def getter_types(file: str, qualified: str) -> tuple[str, ...] | None:
+    """The module types that the function `qualified` (a layer's type: the function `__init__` called
+    to build it) of the file `file` or of another file of the repository returns: each of its
+    `return`s builds a module, by calling a class (`return nn.ReLU()`) or an item of a dict of classes
+    bound once in the function or the module (`return ACTIVATIONS[name]()`). None where any `return`
+    is something else."""
+    module, _, name = qualified.rpartition(".")
+    tree, where = numbers.tree_of(file), file
+    if tree is None or not module or module.partition(".")[0] in (_bindings(tree) or {}):
+        index = package.current()
+        target = index.module_file(file, 0, module) if index is not None and module else None
+        found = index.source(target) if target is not None else None  # type: ignore[union-attr]
+        if found is None:
+            return None
+        tree, where = found[1], target
+    return _getter(tree, where.endswith("__init__.py"), module, name)  # type: ignore[union-attr]
+
+
+@lru_cache(maxsize=64)
+def _getter(tree: ast.Module, is_package: bool, module: str, name: str) -> tuple[str, ...] | None:
+    bindings = _bindings(tree)
+    bound = bindings.get(name, ()) if bindings is not None else ()
+    fn = bound[0] if len(bound) == 1 else None
+    if not isinstance(fn, ast.FunctionDef):
+        return None
+    imports = Imports(tree, module, is_package)
+    body = [n for stmt in fn.body for n in _own_nodes(stmt)]
+    returns = [n for n in body if isinstance(n, ast.Return)]
+    types: list[str | None] = []
+    for r in returns:
+        call = r.value
+        if not isinstance(call, ast.Call):
+            return None
+        built = call.func
+        if isinstance(built, ast.Subscript):
+            table = built.value
+            if isinstance(table, ast.Name):  # a dict bound once, in the function or else in the module
+                stores = {id(n) for n in body if isinstance(n, ast.Name) and n.id == table.id and isinstance(n.ctx, ast.Store)}
+                local = [n for n in body if isinstance(n, ast.stmt) and not isinstance(n, ast.Return)
+                         and any(id(t) in stores for t in ast.iter_child_nodes(n))]
+                if len(local) != len(stores):
+                    return None  # bound by a loop, a `with` or a nested target: not one dict
+                held = local or list(bindings.get(table.id, ()) if bindings is not None else ())
+                if len(held) != 1 or not isinstance(held[0], ast.Assign) or len(held[0].targets) != 1:
+                    return None
+                table = held[0].value
+            if not isinstance(table, ast.Dict) or not table.values or None in table.keys:
+                return None
+            types.extend(imports.qualify(v) for v in table.values)
+        else:
+            types.append(imports.qualify(built))
+    if not returns or any(t is None for t in types):
+        return None
+    return tuple(dict.fromkeys(types))  # type: ignore[arg-type]
+
+
+def _own_nodes(stmt: ast.stmt) -> list[ast.AST]:
+    """The nodes of a function's statement, not those of functions or classes defined inside it."""
+    out: list[ast.AST] = []
+    todo: list[ast.AST] = [stmt]
+    while todo:
+        node = todo.pop()
+        out.append(node)
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            todo.extend(ast.iter_child_nodes(node))
+    return out
 
 
 @lru_cache(maxsize=8)

@@ -180,3 +180,62 @@ def test_a_norm_class_of_another_file_of_the_repository_keeps_the_rank(tmp_path:
     result = scan_path(root, rules="sdpa-attention", rewrite=False)
     by_file = {f.file: f.status for f in result.findings if f.rule_id == "sdpa-attention"}
     assert by_file == {"pkg/attn.py": "rewritten", "pkg/attn_flat.py": "near-miss"}, by_file
+
+
+GETTERS = '''\
+import torch
+from torch import nn
+
+
+class Swish(nn.Module):
+    def forward(self, x):
+        return x * torch.sigmoid(x)
+
+
+class Grow(nn.Module):
+    def forward(self, x):
+        return x.unsqueeze(0)
+
+
+def get_activation(act):
+    funcs = {"relu": nn.ReLU, "tanh": torch.nn.Tanh, "swish": Swish}
+    return funcs[act]()
+
+
+def get_grow(act):
+    if act == "relu":
+        return nn.ReLU()
+    return Grow()
+
+
+class Attn(nn.Module):
+    def __init__(self, dim, heads, act="swish"):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(dim, dim * 3)
+        self.act = {getter}(act)
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
+        k = self.act(k)
+        attn = torch.matmul(q, k.transpose(2, 3)) * 0.125
+        attn = attn.softmax(dim=-1)
+        return torch.matmul(attn, v)
+'''
+
+
+def test_an_activation_getter_returning_shape_keeping_modules_keeps_the_rank():
+    source = GETTERS.replace("{getter}", "get_activation")
+    new = rewrite(source)
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, 16)
+    for act in ("relu", "swish"):
+        old_model, new_model = namespace(source)["Attn"](16, 2, act), namespace(new)["Attn"](16, 2, act)
+        new_model.load_state_dict(old_model.state_dict())
+        assert torch.allclose(old_model(x), new_model(x), atol=1e-6)
+
+
+def test_a_getter_that_may_return_a_module_changing_the_rank_proves_nothing():
+    found, _ = statuses(GETTERS.replace("{getter}", "get_grow"))
+    assert found[0][0] == "near-miss" and "not proven past `self.act(...)`" in found[0][1], found
