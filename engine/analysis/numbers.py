@@ -64,6 +64,12 @@ def tree_of(path: str) -> ast.Module | None:
     return known[2]() if known[2] is not None else _parse(known[1])
 
 
+def text_of(path: str) -> str | None:
+    """The source text of `path` where the scan made it known, else None."""
+    known = _SOURCE.get()
+    return known[1] if known is not None and known[0] == path else None
+
+
 @lru_cache(maxsize=8)
 def _parse(text: str) -> ast.Module | None:
     try:

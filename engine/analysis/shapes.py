@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import ast
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from engine.analysis import numbers
 from engine.dsl import canonical as C
 from engine.dsl.ir import ClassModel, Const, Method, Node, Operand, Seq, Sym, Var
+from engine.extract import package
+from engine.extract.imports import Imports
 
 _IDS = itertools.count(1)
 
@@ -89,6 +91,11 @@ _SAME_SHAPE = {
     "torch.clamp", ".abs", "torch.abs", ".exp", "torch.log", ".log", ".sigmoid", "torch.nn.functional.normalize",
     ".requires_grad_", ".float32", ".nan_to_num", "torch.nan_to_num", ".mul_", ".add_", ".div_", ".sub_",
     ".clamp_", ".clamp_min", ".clamp_max", "torch.nn.functional.dropout",
+    # norms and activations: the input's shape, axis for axis
+    "layer_norm", "rms_norm", "torch.nn.functional.group_norm", "torch.nn.functional.batch_norm",
+    "torch.nn.functional.instance_norm", "torch.nn.functional.leaky_relu", "torch.nn.functional.elu",
+    "torch.nn.functional.mish", "torch.nn.functional.softplus", "torch.nn.functional.hardswish",
+    "torch.nn.functional.relu6", "torch.nn.functional.selu", "torch.nn.functional.hardtanh", ".relu", ".tanh",
     # select, gather, roll or flip along an axis: the same axes (the selected one changes its size)
     ".index_select", "torch.index_select", ".gather", "torch.gather", ".roll", "torch.roll", ".flip", "torch.flip",
 }
@@ -105,9 +112,19 @@ _DTYPE_KEEPING = {"assign", "neg", "exp", "sqrt", "rsqrt", "torch.rsqrt", "torch
                   "torch.amax", "torch.amin"}
 # elementwise with broadcasting: every tensor operand aligned from the right
 _BROADCAST = {"add", "sub", "mul", "div", "torch.where", "torch.maximum", "torch.minimum", "masked_fill"}
-# layers that keep their input's shape
-_SAME_SHAPE_LAYERS = {"torch.nn.Dropout", "torch.nn.Softmax", "torch.nn.Identity", "torch.nn.GELU", "torch.nn.ReLU",
-                      "torch.nn.SiLU", "torch.nn.Tanh", "torch.nn.Sigmoid", "torch.nn.LayerNorm"}
+# layers that keep their input's shape, axis for axis (elementwise, or normalizing over some axes)
+_SAME_SHAPE_LAYERS = {
+    "torch.nn.Dropout", "torch.nn.Dropout1d", "torch.nn.Dropout2d", "torch.nn.Dropout3d", "torch.nn.AlphaDropout",
+    "torch.nn.Softmax", "torch.nn.LogSoftmax", "torch.nn.Identity", "torch.nn.GELU", "torch.nn.ReLU", "torch.nn.ReLU6",
+    "torch.nn.LeakyReLU", "torch.nn.PReLU", "torch.nn.ELU", "torch.nn.SELU", "torch.nn.CELU", "torch.nn.Mish",
+    "torch.nn.Hardswish", "torch.nn.Hardsigmoid", "torch.nn.Hardtanh", "torch.nn.Softplus", "torch.nn.Softsign",
+    "torch.nn.SiLU", "torch.nn.Tanh", "torch.nn.Sigmoid", "torch.nn.LayerNorm", "torch.nn.RMSNorm",
+    "torch.nn.GroupNorm", "torch.nn.BatchNorm1d", "torch.nn.BatchNorm2d", "torch.nn.BatchNorm3d",
+    "torch.nn.InstanceNorm1d", "torch.nn.InstanceNorm2d", "torch.nn.InstanceNorm3d",
+}
+# transformers' table of activations by name: every entry is an elementwise activation module
+_ACTIVATION_TABLES = ("transformers.activations.ACT2FN[",)
+MAX_CALL_DEPTH = 3  # calls of the repository's modules followed into, one inside another
 # layers that replace the last axis only
 _LAST_AXIS_LAYERS = {"torch.nn.Linear", "torch.nn.LazyLinear", "transformers.pytorch_utils.Conv1D"}
 _FACTORIES = {"torch.ones", "torch.zeros", "torch.randn", "torch.rand", "torch.empty", "torch.full", "torch.tensor"}
@@ -149,10 +166,16 @@ def _shielded_lines(tree: ast.Module) -> tuple[tuple[int, int], ...]:
 class ShapeFacts:
     """The shape facts of one method (and its class's `__init__` for parameters)."""
 
-    def __init__(self, method: Method, cls: ClassModel | None = None, defs: dict[str, Node] | None = None) -> None:
+    def __init__(self, method: Method, cls: ClassModel | None = None, defs: dict[str, Node] | None = None,
+                 params: dict[str, Shape] | None = None, calls: tuple[str, ...] = ()) -> None:
+        """`params`: the shapes of parameters where a caller's call binds them (a module's `forward`
+        analysed for what it returns); `calls`: the module types being followed into, outermost first."""
         self.method = method
         self.cls = cls
         self.defs = defs if defs is not None else method.defs()
+        self.params = params or {}
+        self.calls = calls
+        self._returns: dict[int, Shape | tuple[Shape | None, ...] | None] = {}  # id(layer node) -> its value
         self._memo: dict[str, Shape | None] = {}
         self._attrs: dict[str, Shape | None] | None = None
         self._unpacks: dict[str, list[Node]] | None = None  # value -> nodes unpacking its whole shape
@@ -465,6 +488,12 @@ class ShapeFacts:
 
     def _derive(self, name: str) -> Shape | None:
         node = self.defs.get(name)
+        if node is not None and node.kind == "layer" and len(node.outputs) > 1:
+            # `k, k_thw = self.pool_k(k, thw)`: the items of the tuple the module's forward returns
+            items = self.returned(node)
+            if not isinstance(items, tuple) or len(items) != len(node.outputs):
+                return None
+            return items[node.outputs.index(name)]
         shape = self._derive_value(name)
         if shape is None or node is None or len(node.outputs) < 2 or node.op in _TUPLE_OPS or node.kind == "phi":
             return shape
@@ -510,7 +539,7 @@ class ShapeFacts:
     def _derive_value(self, name: str) -> Shape | None:
         node = self.defs.get(name)
         if node is None:
-            return None
+            return self.params.get(name)
         if node.kind == "phi":
             return _join([self.shape(i) for i in node.inputs if isinstance(i, Var)])
         if node.op == "?" and node.target and node.target.startswith("self.") and not node.inputs:
@@ -578,13 +607,68 @@ class ShapeFacts:
 
     def _layer(self, node: Node) -> Shape | None:
         first = node.inputs[0] if node.inputs else None
-        if node.op in _SAME_SHAPE_LAYERS:
-            return self.shape(first)
+        if self.cls is not None and node.target is not None \
+                and any(d.type != node.op for d in self.cls.layer_defs(node.target)):
+            return None  # `__init__` builds the attribute as modules of other types on other paths
+        if node.op in _SAME_SHAPE_LAYERS or node.op.startswith(_ACTIVATION_TABLES):
+            return None if len(node.inputs) != 1 or node.kwargs else self.shape(first)
         if node.op in _LAST_AXIS_LAYERS:
             shape = self.shape(first)
             if shape is None or not shape.axes:
                 return None
             return Shape(shape.axes[:-1] + (fresh(),), shape.exact)
+        value = self.returned(node)
+        if value is None and self.method.pos is not None and "." in node.op and node.op not in self.calls:
+            # `self.act = get_activation(name)`: a function of the repository returning modules of
+            # these types, each of which keeps the shape (or whose forward proves it)
+            types = getter_types(self.method.pos.file, node.op)
+            if types:
+                value = _join([self.shape(first) if t in _SAME_SHAPE_LAYERS and len(node.inputs) == 1 and not node.kwargs
+                               else self.returned(replace(node, op=t)) for t in types])
+        return value if isinstance(value, Shape) else None
+
+    def returned(self, node: Node) -> Shape | tuple[Shape | None, ...] | None:
+        """What a call of a module whose class the repository defines returns (a tensor's shape, or
+        the shapes of the items of a tuple), from its `forward` analysed with the shapes of the
+        call's arguments bound to its parameters: every `return` agreeing. None where the class is
+        not found, defines `__call__`, or the call binds arguments that are not followed (`*args`)."""
+        key = id(node)
+        if key in self._returns:
+            return self._returns[key]
+        self._returns[key] = None  # a call reached again while being analysed proves nothing
+        found = self._returned(node)
+        self._returns[key] = found
+        return found
+
+    def _returned(self, node: Node) -> Shape | tuple[Shape | None, ...] | None:
+        if len(self.calls) >= MAX_CALL_DEPTH or node.op in self.calls or self.method.pos is None or "." not in node.op:
+            return None
+        callee = callee_class(self.method.pos.file, node.op)
+        forward = callee.method("forward") if callee is not None else None
+        if callee is None or forward is None or callee.method("__call__") is not None \
+                or any(n.kind == "yield" for n in forward.nodes):
+            return None
+        positional = [p for p in forward.params if p.kind == "normal"]
+        named = {p.name: p for p in forward.params if p.kind in ("normal", "kwonly")}
+        operands = [*zip(positional, node.inputs, strict=False)]
+        if len(node.inputs) > len(positional) or any(k not in named for k, _ in node.kwargs):
+            return None
+        operands += [(named[k], v) for k, v in node.kwargs]
+        if any(isinstance(o, Sym) and o.text.startswith("*") for _, o in operands):
+            return None
+        seeds = {p.name: s for p, o in operands if (s := self.shape(o)) is not None}
+        inner = ShapeFacts(forward, callee, params=seeds, calls=(*self.calls, node.op))
+        values = [n.inputs[0] if n.inputs else Const(None) for n in forward.nodes if n.kind == "return"]
+        if not values:
+            return None
+        if all(isinstance(v, Seq) for v in values):
+            widths = {len(v.items) for v in values}  # type: ignore[union-attr]
+            if len(widths) != 1:
+                return None
+            return tuple(_join([inner.shape(v.items[i]) for v in values])  # type: ignore[union-attr]
+                         for i in range(widths.pop()))
+        if all(isinstance(v, Var) for v in values):
+            return _join([inner.shape(v) for v in values])
         return None
 
     def _transpose(self, node: Node) -> Shape | None:
@@ -855,6 +939,12 @@ class ShapeFacts:
         source = self.defs.get(node.inputs[0].name) if isinstance(node.inputs[0], Var) else None
         if source is not None and source.op in (".max", ".min") and _int(index) == 0:
             return self.shape(node.inputs[0])  # `x.max(dim, keepdim=True)[0]`: the values
+        if source is not None and source.kind == "layer" and len(source.outputs) == 1 \
+                and isinstance(index, Const) and isinstance(index.value, int) and not isinstance(index.value, bool):
+            items = self.returned(source)  # `self.pool(v, thw)[0]`: an item of the tuple a module returns
+            if not isinstance(items, tuple):
+                return None
+            return items[index.value] if -len(items) <= index.value < len(items) else None
         if isinstance(index, Const) and isinstance(index.value, int):
             parts: list[str] | None = ["I"]
         elif isinstance(index, Sym):
@@ -992,6 +1082,106 @@ class ShapeFacts:
                 found = _constructor_shape(arg.text)
         self._attrs[text] = found
         return found
+
+
+def callee_class(file: str, qualified: str) -> ClassModel | None:
+    """The extracted class that the layer type `qualified` names in the file `file`: a class of that
+    file (while it is being matched: its name bound once, by the class, and the type's module no name
+    the file imports), or of another file of the repository the scan made known (engine.extract.package)."""
+    module, _, name = qualified.rpartition(".")
+    index = package.current()
+    tree = numbers.tree_of(file)
+    if tree is not None and module:
+        bindings = _bindings(tree)
+        own = bindings.get(name, ()) if bindings is not None else ()
+        if len(own) == 1 and isinstance(own[0], ast.ClassDef) and module.partition(".")[0] not in bindings:  # type: ignore[operator]
+            text = numbers.text_of(file)
+            return _file_class(tree, text, file, module, name, index) if text is not None else None
+    if index is None:
+        return None
+    where = index.type_class(file, qualified)
+    return index.class_model(*where) if where is not None else None
+
+
+def getter_types(file: str, qualified: str) -> tuple[str, ...] | None:
+    """The module types that the function `qualified` (a layer's type: the function `__init__` called
+    to build it) of the file `file` or of another file of the repository returns: each of its
+    `return`s builds a module, by calling a class (`return nn.ReLU()`) or an item of a dict of classes
+    bound once in the function or the module (`return ACTIVATIONS[name]()`). None where any `return`
+    is something else."""
+    module, _, name = qualified.rpartition(".")
+    tree, where = numbers.tree_of(file), file
+    if tree is None or not module or module.partition(".")[0] in (_bindings(tree) or {}):
+        index = package.current()
+        target = index.module_file(file, 0, module) if index is not None and module else None
+        found = index.source(target) if target is not None else None  # type: ignore[union-attr]
+        if found is None:
+            return None
+        tree, where = found[1], target
+    return _getter(tree, where.endswith("__init__.py"), module, name)  # type: ignore[union-attr]
+
+
+@lru_cache(maxsize=64)
+def _getter(tree: ast.Module, is_package: bool, module: str, name: str) -> tuple[str, ...] | None:
+    bindings = _bindings(tree)
+    bound = bindings.get(name, ()) if bindings is not None else ()
+    fn = bound[0] if len(bound) == 1 else None
+    if not isinstance(fn, ast.FunctionDef):
+        return None
+    imports = Imports(tree, module, is_package)
+    body = [n for stmt in fn.body for n in _own_nodes(stmt)]
+    returns = [n for n in body if isinstance(n, ast.Return)]
+    types: list[str | None] = []
+    for r in returns:
+        call = r.value
+        if not isinstance(call, ast.Call):
+            return None
+        built = call.func
+        if isinstance(built, ast.Subscript):
+            table = built.value
+            if isinstance(table, ast.Name):  # a dict bound once, in the function or else in the module
+                stores = {id(n) for n in body if isinstance(n, ast.Name) and n.id == table.id and isinstance(n.ctx, ast.Store)}
+                local = [n for n in body if isinstance(n, ast.stmt) and not isinstance(n, ast.Return)
+                         and any(id(t) in stores for t in ast.iter_child_nodes(n))]
+                if len(local) != len(stores):
+                    return None  # bound by a loop, a `with` or a nested target: not one dict
+                held = local or list(bindings.get(table.id, ()) if bindings is not None else ())
+                if len(held) != 1 or not isinstance(held[0], ast.Assign) or len(held[0].targets) != 1:
+                    return None
+                table = held[0].value
+            if not isinstance(table, ast.Dict) or not table.values or None in table.keys:
+                return None
+            types.extend(imports.qualify(v) for v in table.values)
+        else:
+            types.append(imports.qualify(built))
+    if not returns or any(t is None for t in types):
+        return None
+    return tuple(dict.fromkeys(types))  # type: ignore[arg-type]
+
+
+def _own_nodes(stmt: ast.stmt) -> list[ast.AST]:
+    """The nodes of a function's statement, not those of functions or classes defined inside it."""
+    out: list[ast.AST] = []
+    todo: list[ast.AST] = [stmt]
+    while todo:
+        node = todo.pop()
+        out.append(node)
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            todo.extend(ast.iter_child_nodes(node))
+    return out
+
+
+@lru_cache(maxsize=8)
+def _bindings(tree: ast.Module) -> dict[str, list[ast.stmt]] | None:
+    return package.bindings(tree)
+
+
+@lru_cache(maxsize=64)
+def _file_class(tree: ast.Module, text: str, file: str, module: str, name: str,
+                index: package.PackageIndex | None) -> ClassModel | None:
+    from engine.extract.extractor import class_model  # the extractor imports the analysis
+
+    return class_model(tree, text, file, module, name, index)
 
 
 def _einsum_rank(node: Node, shape: Shape) -> Shape:

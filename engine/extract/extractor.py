@@ -287,6 +287,24 @@ def class_layers(tree: ast.Module, text: str, path: str, module: str, name: str,
         _SOURCE.reset(token)
 
 
+def class_model(tree: ast.Module, text: str, path: str, module: str, name: str, package: Any) -> ClassModel | None:
+    """The extracted class `name` of this file (its layers and methods) alone, for facts about what
+    a call of one of its instances returns (engine.analysis.shapes); None where the file defines no
+    module class of that name or it cannot be extracted."""
+    src = Source(text, path)
+    token = _SOURCE.set(src)
+    try:
+        fx = _FileExtractor(tree, src, module, path.endswith("__init__.py"), package)
+        info = fx.classes.get(name)
+        if info is None or not _is_module_class(info, fx.classes):
+            return None
+        return fx.extract_class(name, info)
+    except RecursionError:
+        return None
+    finally:
+        _SOURCE.reset(token)
+
+
 def extract_file(path: str | Path, *, module: str | None = None, display_path: str | None = None) -> FileModel:
     """Extract one file. `module` defaults to the dotted name found from the package layout;
     `display_path` (default: the path as given) is what positions and diagnostics name."""

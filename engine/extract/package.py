@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
 
-from engine.dsl.ir import LayerDef
+from engine.dsl.ir import ClassModel, LayerDef
 from engine.extract.imports import module_name_for, name_chain
 from engine.repo_files import UnsafePath, read_inside
 
@@ -49,6 +49,7 @@ class PackageIndex:
         self._tables: list[tuple[ast.Module, dict[str, list[ast.stmt]] | None]] = []  # see `binding`
         self._busy: set[tuple[str, str]] = set()  # classes whose layers are being computed (a cycle)
         self._texts: dict[str, str] = {}  # file -> its text, where `mentions` read it
+        self._models: dict[tuple[str, str], ClassModel | None] = {}  # see `class_model`
 
     def module_of(self, rel: str) -> str:
         if self._module_of is not None:
@@ -123,6 +124,31 @@ class PackageIndex:
         self._layers[key] = layers
         return layers
 
+    def class_model(self, rel: str, name: str) -> ClassModel | None:
+        """The extracted class `name` of the file `rel` (layers and methods), read once: what a call
+        of one of its instances returns is derived from its `forward` (engine.analysis.shapes)."""
+        key = (rel, name)
+        if key in self._models:
+            return self._models[key]
+        self._models[key] = None  # a class whose extraction asks for itself gets nothing
+        found = self.source(rel)
+        if found is None:
+            return None
+        from engine.extract.extractor import class_model
+
+        model = self._models[key] = class_model(found[1], found[0], rel, self.module_of(rel), name, self)
+        return model
+
+    def type_class(self, rel: str, qualified: str) -> tuple[str, str] | None:
+        """(file, class name) of the repository's class that the dotted type `qualified` (as the
+        extractor qualifies a layer's type in the file `rel`) names; None where no one file of the
+        repository defines it."""
+        module, _, name = qualified.rpartition(".")
+        if not module or not name.isidentifier():
+            return None
+        target = self.module_file(rel, 0, module)
+        return self.lookup(target, name, 0) if target is not None else None
+
     # -- names -------------------------------------------------------------------------------
 
     def binding(self, tree: ast.Module, name: str) -> ast.stmt | None:
@@ -131,7 +157,7 @@ class PackageIndex:
         ask one after another)."""
         table = next((t for held, t in self._tables if held is tree), False)
         if table is False:
-            table = _bindings(tree)
+            table = bindings(tree)
             self._tables = [(tree, table), *self._tables[:7]]  # holding the tree keeps its identity
         statements = table.get(name, ()) if table is not None else ()
         return statements[0] if len(statements) == 1 else None
@@ -208,7 +234,7 @@ class PackageIndex:
         return answer
 
 
-def _bindings(tree: ast.Module) -> dict[str, list[ast.stmt]] | None:
+def bindings(tree: ast.Module) -> dict[str, list[ast.stmt]] | None:
     """Each name the module's top level binds (inside `if`, `try`, loops and `with` too) -> the
     statements binding it; None where a star import may bind any name."""
     found: dict[str, list[ast.stmt]] = {}
