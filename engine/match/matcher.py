@@ -1051,8 +1051,10 @@ def computes_output(name: str) -> bool:
 
 
 def training_methods(cls: ClassModel) -> list[Method]:
-    """The methods that run in the training step: those named by `computes_output`, and any method
-    a training method hands on by reference (`apply_chunking_to_forward(self.ff_chunk, ...)`)."""
+    """The methods that run in the training step: those named by `computes_output`, any method a
+    training method calls (a public `self.gelu(x)`, `self.compute_attention(q, k, v)`: the
+    extractor inlines the call, and the inlined nodes sit in the callee's body) and any method it
+    hands on by reference (`apply_chunking_to_forward(self.ff_chunk, ...)`)."""
     if cls.name == "__module__":
         return list(cls.methods)  # module-level functions and top-level code: all of them
     by_name = {m.name: m for m in cls.methods}
@@ -1061,6 +1063,15 @@ def training_methods(cls: ClassModel) -> list[Method]:
     todo = list(chosen)
     while todo and not names >= by_name.keys():
         method = todo.pop()
+        inlined = {n.pos.line for n in method.nodes if n.via and n.pos is not None}
+        if inlined:
+            for other in cls.methods:
+                where = other.pos
+                if other.name not in names and where is not None \
+                        and any(where.line <= line <= where.end_line for line in inlined):
+                    names.add(other.name)
+                    chosen.append(other)
+                    todo.append(other)
         # which `self.<name>` symbols the method mentions, in bulk; the ordered walk below (which
         # fixes the order methods are added in) runs only where one names a method not yet chosen
         texts = {o.text for n in method.nodes for o in n.inputs if o.__class__ is Sym}
