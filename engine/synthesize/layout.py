@@ -76,6 +76,29 @@ def _atom(text: str) -> str:
     return f"({text})"
 
 
+def _int(node: ast.expr) -> int | None:
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        inner = _int(node.operand)
+        return -inner if inner is not None else None
+    return node.value if isinstance(node, ast.Constant) and type(node.value) is int else None
+
+
+def _swapped(text: str) -> str:
+    """`text` with its last two axes swapped. A swap that `text` ends with cancels (`k.transpose(-2,
+    -1)`, or `k.t()`, which is that swap for the 2-D tensors it takes): a key the code stored
+    transposed is passed as it was, not as `k.t().transpose(-2, -1)`."""
+    try:
+        tree = ast.parse(text, mode="eval").body if text.isascii() and "\n" not in text else None
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        tree = None
+    if isinstance(tree, ast.Call) and isinstance(tree.func, ast.Attribute) and not tree.keywords:
+        dims = {_int(a) for a in tree.args}
+        if tree.func.attr == "t" and not tree.args or tree.func.attr == "transpose" and dims == {-2, -1}:
+            inner = tree.func.value
+            return text[inner.col_offset:inner.end_col_offset]
+    return _atom(text) + _SWAP
+
+
 def _needs_key_swap(match: Match) -> bool:
     pattern = match.pattern
     declares = pattern is not None and any(s.out == "kt" for s in pattern.stmts)
@@ -241,7 +264,7 @@ def lookup(match: Match, base: Callable[[str], str | None],
         if text is None:
             return None
         if swap:
-            text = _atom(text) + _SWAP
+            text = _swapped(text)
         if name == "v" and _upcast(match):
             # the code computed the scores in a wider dtype than the value's (`q.to(torch.float32)`)
             # and cast the probabilities to the value's: the kernel takes one dtype, so the value

@@ -326,3 +326,33 @@ def test_a_fill_scaled_afterwards_keeps_the_original_where_it_fills(change):
         torch.testing.assert_close(
             b(q, k, v, *masks), a(q, k, v, *masks), rtol=1e-10, atol=1e-12, equal_nan=True
         )
+
+
+# recbole's MCCLK user aggregation, reduced: a 2-D query against a key written `relation_emb.t()`.
+STORED_KEY = (
+    HEADER
+    + """
+class Aggregate(nn.Module):
+    def forward(self, user_emb, relation_emb, user_agg):
+        score = torch.mm(user_emb, relation_emb.t())
+        score = torch.softmax(score, dim=-1)
+        return user_agg + torch.mm(score, relation_emb) * user_agg
+"""
+)
+
+
+def test_a_key_written_transposed_is_passed_as_it_was_stored():
+    """The kernel transposes its key itself: `relation_emb.t()` (or `.transpose(-2, -1)`) is handed
+    over as `relation_emb`, not as `relation_emb.t().transpose(-2, -1)`."""
+    findings, text = scan_source(STORED_KEY, select_rules("sdpa-attention"), "case.py", "case")
+    assert [f.status for f in findings] == ["rewritten"], [f.reason for f in findings]
+    assert "scaled_dot_product_attention(user_emb,relation_emb,relation_emb,scale=1.0)" in "".join(text.split())
+    assert ".t()" not in text
+    namespace: dict = {}
+    exec(compile(STORED_KEY, "old.py", "exec"), namespace)
+    old = namespace["Aggregate"]()
+    exec(compile(text, "new.py", "exec"), namespace)
+    new = namespace["Aggregate"]()
+    u, r, a = (torch.randn(5, 4, dtype=torch.float64), torch.randn(3, 4, dtype=torch.float64),
+               torch.randn(5, 4, dtype=torch.float64))
+    torch.testing.assert_close(new(u, r, a), old(u, r, a))
