@@ -163,6 +163,12 @@ def _shielded_lines(tree: ast.Module) -> tuple[tuple[int, int], ...]:
     return tuple(ranges)
 
 
+@lru_cache(maxsize=8)
+def _assert_tests(tree: ast.Module) -> frozenset[tuple[int, int]]:
+    """Where (line, column) the test of each `assert` of `tree` begins, found once per parsed file."""
+    return frozenset((a.test.lineno, a.test.col_offset) for a in ast.walk(tree) if isinstance(a, ast.Assert))
+
+
 class ShapeFacts:
     """The shape facts of one method (and its class's `__init__` for parameters)."""
 
@@ -403,7 +409,7 @@ class ShapeFacts:
         tree = numbers.tree_of(self.method.pos.file) if self.method.pos is not None else None
         if tree is None or node.pos is None:
             return None
-        tests = {(a.test.lineno, a.test.col_offset) for a in ast.walk(tree) if isinstance(a, ast.Assert)}
+        tests = _assert_tests(tree)
         here = {(c.id, c.taken) for c in node.guard}
         for other in self.method.nodes:
             if other.op != "compare:eq" or other.pos is None or other.via != node.via or len(other.inputs) != 2 \

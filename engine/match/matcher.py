@@ -912,10 +912,16 @@ class Needs:
 def _required_statements(pattern: Pattern) -> set[int]:
     """Indexes of the statements every match of `pattern` contains: the sinks, and what a matched
     statement's arguments must resolve to (in every alternative call; through an optional
-    statement only what is needed both when it is present and when it is skipped)."""
+    statement only what is needed both when it is present and when it is skipped). Each statement's
+    set is computed once (a statement read by several later ones would otherwise be walked once per
+    path to it, exponentially many in a long pattern); the sets are shared, never changed."""
     stmts = pattern.stmts
+    known: dict[int, set[int]] = {}
 
     def after(i: int) -> set[int]:
+        found = known.get(i)
+        if found is not None:
+            return found
         needed: set[int] | None = None
         for call in stmts[i].alternatives:
             here: set[int] = set()
@@ -923,7 +929,8 @@ def _required_statements(pattern: Pattern) -> set[int]:
                 if arg.kind == "var":
                     here |= of_var(arg.value)  # type: ignore[arg-type]
             needed = here if needed is None else needed & here
-        return needed or set()
+        found = known[i] = needed or set()
+        return found
 
     def of_var(var: str) -> set[int]:
         entry = pattern.definers.get(var)
@@ -994,17 +1001,25 @@ def _introducing_statements(pattern: Pattern) -> list[tuple[str, tuple[str, ...]
     ones refer to (`$pz = masked_fill($p2, mask=$fmask, value=0)?` refills under the mask that
     `$s3 = masked_fill(..., mask=$fmask, ...)?` applied), so a match without it matches none of them
     (a required statement reading the variable binds it on its own: `mul($x, $r)` where the optional
-    `$xf = .float($x)?` is absent)."""
+    `$xf = .float($x)?` is absent). Computed once per pattern."""
+    cached = _INTRODUCING.get(id(pattern))
+    if cached is not None and cached[0] is pattern:
+        return cached[1]
     readers: dict[str, list[tuple[str, bool]]] = {}
     for i, stmt in enumerate(pattern.stmts):
         for alt in stmt.alternatives:
             for arg in (*alt.args, *(a for _, a in alt.kwargs)):
-                if arg.kind == "var" and pattern.definer(arg.value) is None:  # type: ignore[arg-type]
+                if arg.kind == "var" and arg.value not in pattern.definers:
                     keys = readers.setdefault(arg.value, [])  # type: ignore[arg-type]
                     if _stmt_key(stmt, i) not in (k for k, _ in keys):
                         keys.append((_stmt_key(stmt, i), stmt.optional))
-    return [(keys[0][0], later) for keys in readers.values() if keys[0][1]
-            and (later := tuple(k for k, optional in keys[1:] if optional))]
+    found = [(keys[0][0], later) for keys in readers.values() if keys[0][1]
+             and (later := tuple(k for k, optional in keys[1:] if optional))]
+    _INTRODUCING[id(pattern)] = (pattern, found)  # holding the pattern keeps its id from being reused
+    return found
+
+
+_INTRODUCING: dict[int, tuple[Pattern, list[tuple[str, tuple[str, ...]]]]] = {}
 
 
 def match_pattern(rule: Rule, pattern: Pattern, index: MethodIndex, relaxed: bool = False) -> list[Match]:
