@@ -17,6 +17,7 @@ is not one of the repository's files, or a module path that several of its folde
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -48,6 +49,7 @@ class PackageIndex:
         self._modules: dict[tuple[str, int, str], str | None] = {}  # (folder, level, module) -> its file
         self._tables: list[tuple[ast.Module, dict[str, list[ast.stmt]] | None]] = []  # see `binding`
         self._busy: set[tuple[str, str]] = set()  # classes whose layers are being computed (a cycle)
+        self._mentions: dict[str, frozenset[str]] = {}  # name -> the files whose text holds it as a word
 
     def module_of(self, rel: str) -> str:
         if self._module_of is not None:
@@ -75,6 +77,24 @@ class PackageIndex:
         """The scan's own parse of a file, kept for when another file's class derives from one of it."""
         if rel in self.files and rel not in self._parsed:
             self._parsed[rel] = (text, tree)
+
+    def mentions(self, name: str, besides: str) -> bool:
+        """Whether a file of the repository other than `besides` holds `name` as a word (an import
+        of it, a call, a string naming it): the callers of a private helper are then not all in
+        its own file. A file that cannot be read as text may hold it."""
+        if name not in self._mentions:
+            word = re.compile(rf"\b{re.escape(name)}\b")
+            found: set[str] = set()
+            for rel in self.files:
+                try:
+                    raw = read_inside(self.root, rel.removeprefix(self.prefix))
+                    text = raw.decode("utf-8") if len(raw) <= MAX_FILE_BYTES else None
+                except (UnsafePath, OSError, UnicodeDecodeError, ValueError):
+                    text = None
+                if text is None or word.search(text):
+                    found.add(rel)
+            self._mentions[name] = frozenset(found)
+        return bool(self._mentions[name] - {besides})
 
     # -- layers ------------------------------------------------------------------------------
 
