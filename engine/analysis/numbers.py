@@ -164,7 +164,7 @@ def call_sites(tree: ast.Module, cls: str, name: str, param: str,
             return None  # `self._helper(...)` in another class: another object's method
     if not calls or (not public and _used_elsewhere(name)):
         return None
-    classes = {id(n): c.name for c in tree.body if isinstance(c, ast.ClassDef) for n in ast.walk(c)}
+    classes = _method_calls(tree)
     values: list[tuple[ast.expr, str | None]] = []
     for call in calls:
         if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
@@ -178,6 +178,30 @@ def call_sites(tree: ast.Module, cls: str, name: str, param: str,
             continue  # the call raises (a required argument missing): it computes nothing
         values.append((given, classes.get(id(call))))
     return values
+
+
+def _method_calls(tree: ast.Module) -> dict[int, str]:
+    """id of each call made in a method (first parameter `self`, never rebound) of a module-level
+    class -> the class's name; a call in a class nested inside one is its own class's business."""
+    found: dict[int, str] = {}
+    for cls in tree.body:
+        if not isinstance(cls, ast.ClassDef):
+            continue
+        for fn in cls.body:
+            if not isinstance(fn, ast.FunctionDef) or not fn.args.args or fn.args.args[0].arg != "self" \
+                    or fn.decorator_list or any(isinstance(n, ast.Name) and n.id == "self"
+                                                and not isinstance(n.ctx, ast.Load) for n in ast.walk(fn)):
+                continue  # `self` is not the instance throughout
+            todo: list[ast.AST] = list(fn.body)
+            while todo:
+                node = todo.pop()
+                if isinstance(node, ast.ClassDef) or isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) \
+                        and "self" in {a.arg for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)}:
+                    continue  # another `self`
+                if isinstance(node, ast.Call):
+                    found[id(node)] = cls.name
+                todo.extend(ast.iter_child_nodes(node))
+    return found
 
 
 def _used_elsewhere(name: str) -> bool:
