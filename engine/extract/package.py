@@ -29,6 +29,7 @@ from engine.repo_files import UnsafePath, read_inside
 
 MAX_HOPS = 8  # re-exports followed for one name
 MAX_FILE_BYTES = 2_000_000  # as the scan: larger files are never read
+_WORD = re.compile(r"\w+")
 
 
 class PackageIndex:
@@ -49,7 +50,7 @@ class PackageIndex:
         self._modules: dict[tuple[str, int, str], str | None] = {}  # (folder, level, module) -> its file
         self._tables: list[tuple[ast.Module, dict[str, list[ast.stmt]] | None]] = []  # see `binding`
         self._busy: set[tuple[str, str]] = set()  # classes whose layers are being computed (a cycle)
-        self._mentions: dict[str, frozenset[str]] = {}  # name -> the files whose text holds it as a word
+        self._words: dict[str, frozenset[str] | None] | None = None  # file -> the words of its text
 
     def module_of(self, rel: str) -> str:
         if self._module_of is not None:
@@ -81,20 +82,18 @@ class PackageIndex:
     def mentions(self, name: str, besides: str) -> bool:
         """Whether a file of the repository other than `besides` holds `name` as a word (an import
         of it, a call, a string naming it): the callers of a private helper are then not all in
-        its own file. A file that cannot be read as text may hold it."""
-        if name not in self._mentions:
-            word = re.compile(rf"\b{re.escape(name)}\b")
-            found: set[str] = set()
+        its own file. A file that cannot be read as text may hold it. Each file's words are read
+        once, at the first question."""
+        if self._words is None:
+            self._words = {}
             for rel in self.files:
                 try:
                     raw = read_inside(self.root, rel.removeprefix(self.prefix))
                     text = raw.decode("utf-8") if len(raw) <= MAX_FILE_BYTES else None
                 except (UnsafePath, OSError, UnicodeDecodeError, ValueError):
                     text = None
-                if text is None or word.search(text):
-                    found.add(rel)
-            self._mentions[name] = frozenset(found)
-        return bool(self._mentions[name] - {besides})
+                self._words[rel] = None if text is None else frozenset(_WORD.findall(text))
+        return any(words is None or name in words for rel, words in self._words.items() if rel != besides)
 
     # -- layers ------------------------------------------------------------------------------
 
