@@ -103,9 +103,9 @@ _DTYPE_NAMES = {"torch.float32": "torch.float32", "torch.float": "torch.float32"
 _DTYPE_KEEPING = {"assign", "neg", "exp", "sqrt", "rsqrt", "torch.rsqrt", "torch.sqrt", ".rsqrt", ".sqrt", ".exp",
                   ".detach", ".contiguous", ".clone", ".abs", "mean", ".mean", "var", ".var", ".amax", ".amin",
                   "torch.amax", "torch.amin"}
-# elementwise with broadcasting: every tensor operand aligned from the right
 # shape-keeping ops that give None back (every other raises on None, a method of it too)
 _PASSES_NONE = {"assign", "scale"}
+# elementwise with broadcasting: every tensor operand aligned from the right
 _BROADCAST = {"add", "sub", "mul", "div", "torch.where", "torch.maximum", "torch.minimum", "masked_fill"}
 # layers that keep their input's shape
 _SAME_SHAPE_LAYERS = {"torch.nn.Dropout", "torch.nn.Softmax", "torch.nn.Identity", "torch.nn.GELU", "torch.nn.ReLU",
