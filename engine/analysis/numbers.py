@@ -8,9 +8,10 @@ so, never by its name or its default alone:
   * the function passes it as `scale=` to a fused attention kernel (`F.scaled_dot_product_attention`,
     `flex_attention`), whose `scale` is declared `float | None`: the parameter is that kernel's scale,
     by the function's own contract (as an annotation `float` would say);
-  * the function is private to its file (`_name`, not a dunder) and every use of its name in the file
-    is a plain call (`_helper(...)` of a module function, `self._helper(...)` of a method of its own
-    class) that passes a number or None for the parameter, or leaves it to a default that is one.
+  * the function is private to its file (`_name`, not a dunder, and no other file of the repository
+    names it) and every use of its name in the file is a plain call (`_helper(...)` of a module
+    function, `self._helper(...)` of a method of its own class) that passes a number or None for
+    the parameter, or leaves it to a default that is one.
 
 Reading call sites needs the file's source, which the extracted structure does not carry: the scan
 makes it known for the duration of matching (`source`), and without it these facts are absent.
@@ -120,8 +121,23 @@ def call_site_values(tree: ast.Module, cls: str, name: str, param: str) -> list[
     """What every call of the private function `name` (of class `cls`, or of the module) in the file
     passes for `param` (its default where a call leaves it out). None where the function is not
     private, is decorated, is never called, or its name is used otherwise than in such calls (passed
-    as a value, called on another object, called with `*args`/`**kwargs`)."""
-    if not _private(name):
+    as a value, called on another object, called with `*args`/`**kwargs`), or in another file of the
+    repository (`call_sites`)."""
+    sites = call_sites(tree, cls, name, param)
+    return None if sites is None else [value for value, _ in sites]
+
+
+def call_sites(tree: ast.Module, cls: str, name: str, param: str,
+               public: bool = False) -> list[tuple[ast.expr, str | None]] | None:
+    """Each call of the function `name` (of class `cls`, or of the module) in the file, as what it
+    passes for `param` (its default where the call leaves it out) and the module-level class whose
+    method makes the call (None outside one). These are all the calls there are only where the
+    function is private (`_name`, not a dunder), undecorated, its name used in the file in plain
+    calls alone and in no other file of the repository the scan knows (engine/extract/package.py:
+    a private helper imported elsewhere has callers there); None otherwise. `public`: the calls of
+    a function with a public name in the file all the same (the callers the package shows; code
+    outside it may call the function with anything), where its name is otherwise used as above."""
+    if not _private(name) and not public:
         return None
     fn = _function(tree, cls, name)
     if fn is None or fn.decorator_list:
@@ -152,9 +168,10 @@ def call_site_values(tree: ast.Module, cls: str, name: str, param: str) -> list[
         inside = {id(n) for n in ast.walk(owner)} if owner is not None else set()
         if any(id(c) not in inside for c in calls):
             return None  # `self._helper(...)` in another class: another object's method
-    if not calls:
+    if not calls or (not public and _used_elsewhere(name)):
         return None
-    values: list[ast.expr] = []
+    classes = _method_calls(tree)
+    values: list[tuple[ast.expr, str | None]] = []
     for call in calls:
         if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
             return None
@@ -165,8 +182,41 @@ def call_site_values(tree: ast.Module, cls: str, name: str, param: str) -> list[
             given = defaults.get(param)
         if given is None:
             continue  # the call raises (a required argument missing): it computes nothing
-        values.append(given)
+        values.append((given, classes.get(id(call))))
     return values
+
+
+def _method_calls(tree: ast.Module) -> dict[int, str]:
+    """id of each call made in a method (first parameter `self`, never rebound) of a module-level
+    class -> the class's name; a call in a class nested inside one is its own class's business."""
+    found: dict[int, str] = {}
+    for cls in tree.body:
+        if not isinstance(cls, ast.ClassDef):
+            continue
+        for fn in cls.body:
+            if not isinstance(fn, ast.FunctionDef) or not fn.args.args or fn.args.args[0].arg != "self" \
+                    or fn.decorator_list or any(isinstance(n, ast.Name) and n.id == "self"
+                                                and not isinstance(n.ctx, ast.Load) for n in ast.walk(fn)):
+                continue  # `self` is not the instance throughout
+            todo: list[ast.AST] = list(fn.body)
+            while todo:
+                node = todo.pop()
+                if isinstance(node, ast.ClassDef) or isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) \
+                        and "self" in {a.arg for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)}:
+                    continue  # another `self`
+                if isinstance(node, ast.Call):
+                    found[id(node)] = cls.name
+                todo.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def _used_elsewhere(name: str) -> bool:
+    """Whether a file of the repository other than the one being matched may use `name` (engine/
+    extract/package.py `mentions`); without a known repository, the file is all there is."""
+    from engine.extract import package
+
+    index, known = package.current(), _SOURCE.get()
+    return index is not None and known is not None and index.mentioned_elsewhere(name, besides=known[0])
 
 
 # ---------------------------------------------------------------------------------------------

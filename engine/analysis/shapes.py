@@ -110,6 +110,8 @@ _DTYPE_NAMES = {"torch.float32": "torch.float32", "torch.float": "torch.float32"
 _DTYPE_KEEPING = {"assign", "neg", "exp", "sqrt", "rsqrt", "torch.rsqrt", "torch.sqrt", ".rsqrt", ".sqrt", ".exp",
                   ".detach", ".contiguous", ".clone", ".abs", "mean", ".mean", "var", ".var", ".amax", ".amin",
                   "torch.amax", "torch.amin"}
+# shape-keeping ops that give None back (every other raises on None, a method of it too)
+_PASSES_NONE = {"assign", "scale"}
 # elementwise with broadcasting: every tensor operand aligned from the right
 _BROADCAST = {"add", "sub", "mul", "div", "torch.where", "torch.maximum", "torch.minimum", "masked_fill"}
 # layers that keep their input's shape, axis for axis (elementwise, or normalizing over some axes)
@@ -184,6 +186,7 @@ class ShapeFacts:
         self._returns: dict[int, Shape | tuple[Shape | None, ...] | None] = {}  # id(layer node) -> its value
         self._memo: dict[str, Shape | None] = {}
         self._attrs: dict[str, Shape | None] | None = None
+        self._params: dict[str, Shape | None] = {}  # parameter (and whether None may be passed) -> its shape
         self._unpacks: dict[str, list[Node]] | None = None  # value -> nodes unpacking its whole shape
         self.contractions: dict[str, tuple[Axis | None, Axis | None]] = {}  # matmul output -> contracted axes
 
@@ -545,7 +548,9 @@ class ShapeFacts:
     def _derive_value(self, name: str) -> Shape | None:
         node = self.defs.get(name)
         if node is None:
-            return self.params.get(name)
+            # a parameter: the shape the caller being followed passes (`returned`), else the one
+            # every call of a private helper passes
+            return self.params[name] if name in self.params else self.param_shape(name)
         if node.kind == "phi":
             return _join([self.shape(i) for i in node.inputs if isinstance(i, Var)])
         if node.op == "?" and node.target and node.target.startswith("self.") and not node.inputs:
@@ -565,6 +570,8 @@ class ShapeFacts:
         if op == "transpose":
             return self._transpose(node)
         if op in _SAME_SHAPE:
+            if op not in _PASSES_NONE and isinstance(first, Var) and first.name not in self.defs:
+                return self.param_shape(first.name, none_ok=True)  # on None it raises: it computes nothing
             return self.shape(first)
         if op in _BROADCAST:
             return self._broadcast(node)
@@ -1068,6 +1075,76 @@ class ShapeFacts:
                 if group and " " not in group and not group.startswith("("):
                     named[group] = axis
         return Shape(tuple(named.get(g) or fresh(unit=g == "1") for g in right), True)
+
+    # -- facts from call sites ---------------------------------------------------------------
+
+    def param_shape(self, name: str, none_ok: bool = False) -> Shape | None:
+        """The shape of the parameter `name` where every call of the function is known (engine/
+        analysis/numbers.py `call_sites`: a private function whose name no other file uses) and
+        each passes a value of proven shape: a parameter or buffer `__init__` of the calling
+        class builds (`self.logit_scale`, `nn.Parameter(torch.log(10 * torch.ones(h, 1, 1)))`),
+        or a factory written with constant sizes; the axes all calls agree on. `none_ok`: a call
+        passing None (or leaving it to a default None) gives no shape, for a use that raises on
+        None (`torch.clamp(None)`, `None.exp()`) and so computes nothing there."""
+        key = f"{name}\0{none_ok}"
+        if key in self._params:
+            return self._params[key]
+        found = None
+        sites = self._call_sites(name, public=False)
+        if sites is not None:
+            found = _join(self._site_shapes(sites, none_ok)) if sites else None
+        self._params[key] = found
+        return found
+
+    def public_callers(self, operand: Operand | None) -> str | None:
+        """Where `operand` is a parameter of a public function (through shape-keeping ops) and the
+        calls the file shows would prove its shape (`param_shape`'s proof, but for the function
+        being callable from outside the repository with anything): a note naming the function and
+        what those calls pass. None otherwise."""
+        while isinstance(operand, Var) and operand.name in self.defs:
+            node = self.defs[operand.name]
+            if node.kind != "op" or node.op not in _SAME_SHAPE or node.op in _PASSES_NONE or not node.inputs:
+                return None
+            operand = node.inputs[0]
+        if not isinstance(operand, Var):
+            return None
+        sites = self._call_sites(operand.name, public=True)
+        if not sites or None in self._site_shapes(sites, True) or not any(
+                not (isinstance(v, ast.Constant) and v.value is None) for v, _ in sites):
+            return None
+        passed = sorted({ast.unparse(v) for v, _ in sites})
+        return (f"`{operand.name}` is a parameter of the public function `{self.method.name}`: its calls in "
+                f"the file pass {' or '.join(f'`{p}`' for p in passed)}, but a caller outside the repository "
+                "may pass any tensor")
+
+    def _call_sites(self, name: str, public: bool) -> list[tuple[ast.expr, str | None]] | None:
+        method = self.method
+        if self.cls is None or method.pos is None or not any(
+                p.name == name and p.kind in ("normal", "kwonly") for p in method.params):
+            return None
+        tree = numbers.tree_of(method.pos.file)
+        return None if tree is None else numbers.call_sites(tree, self.cls.name, method.name, name, public)
+
+    def _site_shapes(self, sites: list[tuple[ast.expr, str | None]], none_ok: bool) -> list[Shape | None]:
+        """The shape of each value the calls pass (None for one unproven), the Nones left out where
+        `none_ok`."""
+        tree = numbers.tree_of(self.method.pos.file) if self.method.pos is not None else None
+        shapes: list[Shape | None] = []
+        for value, caller in sites:
+            if isinstance(value, ast.Constant) and value.value is None:
+                if not none_ok:
+                    shapes.append(None)
+                continue
+            built: list[ast.expr] | None = [value]
+            if isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name) and value.value.id == "self":
+                # the calling class's parameter or buffer: what its `__init__` assigns on every path
+                built = numbers.attribute_values(tree, caller, value.attr) if tree is not None and caller else None
+            for e in built or [None]:
+                if isinstance(e, ast.Call) and ast.unparse(e.func).rpartition(".")[2] == "Parameter" and e.args:
+                    e = e.args[0]
+                shape = _ast_shape(e) if e is not None else None
+                shapes.append(None if shape is None else Shape(tuple(fresh(a.unit) for a in shape.axes), shape.exact))
+        return shapes
 
     # -- constructor facts -----------------------------------------------------------------
 

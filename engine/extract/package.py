@@ -17,6 +17,7 @@ is not one of the repository's files, or a module path that several of its folde
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -28,6 +29,7 @@ from engine.repo_files import UnsafePath, read_inside
 
 MAX_HOPS = 8  # re-exports followed for one name
 MAX_FILE_BYTES = 2_000_000  # as the scan: larger files are never read
+_WORD = re.compile(r"\w+")
 
 
 class PackageIndex:
@@ -48,8 +50,9 @@ class PackageIndex:
         self._modules: dict[tuple[str, int, str], str | None] = {}  # (folder, level, module) -> its file
         self._tables: list[tuple[ast.Module, dict[str, list[ast.stmt]] | None]] = []  # see `binding`
         self._busy: set[tuple[str, str]] = set()  # classes whose layers are being computed (a cycle)
-        self._texts: dict[str, str] = {}  # file -> its text, where `mentions` read it
+        self._texts: dict[str, str | None] = {}  # file -> its text, where `text` read it
         self._models: dict[tuple[str, str], ClassModel | None] = {}  # see `class_model`
+        self._words: dict[str, frozenset[str] | None] | None = None  # file -> the words of its text
 
     def module_of(self, rel: str) -> str:
         if self._module_of is not None:
@@ -73,26 +76,43 @@ class PackageIndex:
         self._parsed[rel] = found
         return found
 
-    def mentions(self, rel: str, words: Iterable[str]) -> bool:
-        """Whether the text of a file of the repository holds one of `words`, read without parsing
-        it (a file that cannot be read holds none)."""
-        text = self._texts.get(rel)
-        if text is None:
+    def text(self, rel: str) -> str | None:
+        """The text of a file of the repository, read without parsing it; None where it is not one
+        or cannot be read."""
+        if rel not in self._texts:
             found = self._parsed.get(rel)
-            text = found[0] if found is not None else ""
-            if found is None and rel in self.files and rel not in self._parsed:
+            text = found[0] if found is not None else None
+            if found is None and rel in self.files:
                 try:
                     raw = read_inside(self.root, rel.removeprefix(self.prefix))
-                    text = raw.decode("utf-8") if len(raw) <= MAX_FILE_BYTES else ""
-                except (UnsafePath, OSError, UnicodeDecodeError):
-                    text = ""
+                    text = raw.decode("utf-8") if len(raw) <= MAX_FILE_BYTES else None
+                except (UnsafePath, OSError, UnicodeDecodeError, ValueError):
+                    text = None
             self._texts[rel] = text
+        return self._texts[rel]
+
+    def mentions(self, rel: str, words: Iterable[str]) -> bool:
+        """Whether the text of a file of the repository holds one of `words` (a file that cannot be
+        read holds none)."""
+        text = self.text(rel) or ""
         return any(word in text for word in words)
 
     def remember(self, rel: str, text: str, tree: ast.Module) -> None:
         """The scan's own parse of a file, kept for when another file's class derives from one of it."""
         if rel in self.files and rel not in self._parsed:
             self._parsed[rel] = (text, tree)
+
+    def mentioned_elsewhere(self, name: str, besides: str) -> bool:
+        """Whether a file of the repository other than `besides` holds `name` as a word (an import
+        of it, a call, a string naming it): the callers of a private helper are then not all in
+        its own file. A file that cannot be read as text may hold it. Each file's words are read
+        once, at the first question."""
+        if self._words is None:
+            self._words = {}
+            for rel in self.files:
+                text = self.text(rel)
+                self._words[rel] = None if text is None else frozenset(_WORD.findall(text))
+        return any(words is None or name in words for rel, words in self._words.items() if rel != besides)
 
     # -- layers ------------------------------------------------------------------------------
 

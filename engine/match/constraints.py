@@ -461,7 +461,11 @@ def _score_factor_is_constant(match: Match, ix: MethodIndex) -> str | None:
     same way: a function parameter proven one (engine.analysis.numbers: a fused kernel's `scale` in
     the same function, or what every call of a private helper passes), or None (`s * None` and
     `q * None` both raise); and a tensor proven to hold one element (a parameter built in `__init__`
-    as `torch.tensor` of a constructor argument that a layer size proves one element)."""
+    as `torch.tensor` of a constructor argument that a layer size proves one element). A parameter
+    of a private function has the shape every call passes (engine/analysis/shapes.py
+    `param_shape`: `self.logit_scale` of the calling class, built in its `__init__`); of a public
+    one, which code outside the repository may call with anything, the near-miss names what the
+    file's calls pass."""
     key = "temp" if "temp" in match.bindings else "tdiv" if "tdiv" in match.bindings else None
     if key is None:
         return None
@@ -480,6 +484,9 @@ def _score_factor_is_constant(match: Match, ix: MethodIndex) -> str | None:
         text = node.op  # a value with no name of its own (`torch.ones(...)` written in the expression)
     if shape is not None and shape.exact:
         return f"the score factor `{text}` varies along the query or key axis (its last two axes are not size 1)"
+    public = ix.shapes.public_callers(temp)
+    if public is not None:
+        return f"the score factor `{text}` is not provably constant along the query and key axes ({public})"
     return f"the score factor `{text}` is not provably constant along the query and key axes"
 
 

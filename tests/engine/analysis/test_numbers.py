@@ -7,7 +7,7 @@ import ast
 
 import pytest
 
-from engine.analysis.numbers import ast_number, attribute_int_values, call_site_values
+from engine.analysis.numbers import ast_number, attribute_int_values, call_site_values, call_sites
 
 SOURCE = '''
 def _helper(q, scale=None):
@@ -44,6 +44,36 @@ def test_every_call_binds_the_parameter():
 ])
 def test_a_use_that_is_not_a_plain_call_proves_nothing(edit, cls, name):
     assert _values(SOURCE.replace(*edit), cls, name, "scale") is None
+
+
+CALLERS = '''
+def _h(x, s=None):
+    return x
+
+class A:
+    def forward(self, x):
+        def inner(self):
+            return _h(x, self.t)
+        return _h(x, self.s) + inner(x)
+
+    class B:
+        def forward(self, x):
+            return _h(x, self.u)
+
+def f(x):
+    return _h(x)
+'''
+
+
+def test_call_sites_name_the_class_whose_self_a_call_reads():
+    """`self.s` is A's attribute only in A's own methods: not under a nested function or class that
+    has its own `self`."""
+    sites = call_sites(ast.parse(CALLERS), "__module__", "_h", "s")
+    assert sorted((ast.unparse(v), str(c)) for v, c in sites) == [
+        ("None", "None"), ("self.s", "A"), ("self.t", "None"), ("self.u", "None")]
+    public = ast.parse(CALLERS.replace("_h", "h"))
+    assert call_sites(public, "__module__", "h", "s") is None  # callers outside the file may pass anything
+    assert len(call_sites(public, "__module__", "h", "s", public=True)) == 4  # what the file's calls pass
 
 
 @pytest.mark.parametrize(("text", "none_ok", "expected"), [
