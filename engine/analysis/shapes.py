@@ -570,7 +570,8 @@ class ShapeFacts:
         if op == "transpose":
             return self._transpose(node)
         if op in _SAME_SHAPE:
-            if op not in _PASSES_NONE and isinstance(first, Var) and first.name not in self.defs:
+            if op not in _PASSES_NONE and isinstance(first, Var) and first.name not in self.defs \
+                    and first.name not in self.params:
                 return self.param_shape(first.name, none_ok=True)  # on None it raises: it computes nothing
             return self.shape(first)
         if op in _BROADCAST:
