@@ -818,7 +818,12 @@ def _scaled_after_fill(match: Match, ix: MethodIndex) -> str | None:
     fill times a small factor would no longer drop the keys, a negative factor would raise them). An
     additive mask before it is scaled too, which the kernel's is not: `(s + m) * c == s * c + m * c`,
     so where the mask is added on every path with no fill between, it passes to the kernel times the
-    factor (a number, as every `scale` step's: engine.synthesize.layout)."""
+    factor (a number, as every `scale` step's: engine.synthesize.layout). A factor between the
+    additive mask and the fill (`$s2s`, Music-Transformer's `((q k^T + Srel) / sqrt(d)).masked_fill(m,
+    -inf)`) scales that mask the same way, whatever its sign or the fill: the fill comes after both."""
+    if "s2s" in match.nodes and ("mask" in match.bindings or "mask2" in match.bindings):
+        if "s2c" in match.nodes or match.optional & {"mask", "mask2"} or match.bindings.get("factorm") is None:
+            return "the scores are scaled after an additive mask, which the kernel adds after its scale"
     if "s3s" not in match.nodes:
         return None
     factor = match.bindings.get("factor3")

@@ -192,9 +192,10 @@ def lookup(match: Match, base: Callable[[str], str | None],
             if not terms:
                 return None
             text = " + ".join(terms)
-            factor = base("factor3") if "s3s" in match.nodes else None
-            if factor is not None:  # `(s + m) * c`: the kernel scales before it adds (constraint `scaled_after_fill`)
-                text = f"{_atom(text)} * {_atom(factor)}"
+            for step, name in (("s2s", "factorm"), ("s3s", "factor3")):
+                factor = base(name) if step in match.nodes else None
+                if factor is not None:  # `(s + m) * c`: the kernel scales before it adds (constraint `scaled_after_fill`)
+                    text = f"{_atom(text)} * {_atom(factor)}"
             through = match.optional_through.get("mask") or match.optional_through.get("mask2")
             if "s2c" in match.nodes and len(terms) == 1:
                 # the scores clamped at their dtype's lowest value after the mask (OPT): the kernel
@@ -210,7 +211,7 @@ def lookup(match: Match, base: Callable[[str], str | None],
                 return f"{text} if {text} is not None else 0.0"
             return text
         if name == "factor":  # the score factors in series, each as the branch it runs on says
-            texts = {n: base(n) for n in ("factor", "tdiv_number", "factor2", "factor3")}
+            texts = {n: base(n) for n in ("factor", "tdiv_number", "factor2", "factorm", "factor3")}
             if texts["tdiv_number"] is not None:  # `s / torch.full([], n)`: the factor 1 / n
                 texts["tdiv_number"] = f"1 / {_atom(texts['tdiv_number'])}"
             terms = [_conditional(match, n, t) for n, t in texts.items() if t is not None]
