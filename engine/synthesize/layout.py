@@ -363,6 +363,24 @@ def upcast_result(match: Match, code: str, value_of: Callable[[], str | None]) -
     return f"{_atom(code)}.to({_atom(value)}.dtype)"
 
 
+def plus_term(match: Match, code: str, base: Callable[[str], str | None]) -> str:
+    """The kernel's result plus the term the code added to the probabilities times the value,
+    `(p + B) @ v == p @ v + B @ v` (constraint `probabilities_plus_term`; `base`: the bindings as the
+    code wrote them). `B @ v` needs B's last axis to be the key axis; where it may be a broadcast
+    size 1, B is expanded to the value's length there first, which contracts the same sum."""
+    if "pb" not in match.nodes:
+        return code
+    term, value = base("pbias"), base("v")
+    if term is None or value is None:
+        raise TemplateError("the term added to the probabilities, or the value, has no text")
+    facts, scores = ShapeFacts(match.method, match.cls), match.nodes["s0"]
+    shape = facts.shape(match.bindings["pbias"])
+    keys = facts.shape(Var(scores.outputs[0])) if scores.outputs else None
+    if not (shape and keys and shape.axes and keys.axes and shape.axes[-1].id == keys.axes[-1].id):
+        term = f"{_atom(term)}.expand(*{_atom(term)}.shape[:-1], {_atom(value)}.shape[-2])"
+    return f"{code} + {_atom(term)} @ {_atom(value)}"
+
+
 def _product_rank(match: Match, facts: ShapeFacts, node: Node | None) -> int | None:
     """The proven rank of a matrix product's result: 3 for `torch.bmm` and `torch.baddbmm` (they take
     nothing else), else what the shape facts prove."""
