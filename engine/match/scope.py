@@ -586,7 +586,46 @@ def _covered(match: Match, cid: int, taken: bool, siblings: list[Match], ix: Met
             match.optional.update(cast)
             match.optional_through.update({key: _source_name(subject.name) for key in cast})
             return True
+        if isinstance(subject, Var) and _optional_fill(match, subject, cid, ix):
+            return True
     return False
+
+
+def _optional_fill(match: Match, subject: Var, cid: int, ix: MethodIndex) -> bool:
+    """The fill's mask is computed from the tested variable alone, on the branch where it is set
+    (`mask = mask[:, None, None, :]`, then `s.masked_fill(~mask, fill)`), and the fill is the only
+    mask: the kernel then takes that mask where the variable is set and none where it is None
+    (`None if mask is None else ...`, the fix-up of fully masked rows included; a -inf fill, whose
+    NaN rows the template writes unconditionally, is not taken). The test at the kernel reads the
+    variable's name after the merge, so on the branch where it is set that name must hold no None:
+    each step of the mask's computation gives no tensor of a None (a tensor method, `~`, an index,
+    a torch or einops function raise; `None == 0` is a bool), and `masked_fill` takes a tensor mask
+    only, so where the fill runs every value of that computation is set."""
+    fmask = match.bindings.get("fmask")
+    if not isinstance(fmask, Var) or any(name in match.bindings for name in ("mask", "mask2", "keep", "nan_rows")):
+        return False
+    chain = [fmask.name]
+    while chain[-1] != subject.name:
+        node = ix.defs.get(chain[-1])
+        if node is None or node.kind != "op" or not node.inputs or not isinstance(node.inputs[0], Var) \
+                or any(isinstance(i, Var) for i in (*node.inputs[1:], *(v for _, v in node.kwargs))) or len(chain) > 8:
+            return False  # a value of anything else than the tested variable
+        if node.op not in _MOVES and node.op not in ("invert", "getitem") \
+                and not node.op.startswith(("compare:", "torch.", "einops.")):
+            return False  # a step that may make a tensor of a None
+        chain.append(node.inputs[0].name)
+    base = _source_name(subject.name)
+    for node in ix.method.nodes:
+        for name in node.outputs:
+            if _source_name(name) != base or name in chain:
+                continue
+            if node.kind == "phi" and node.kwarg("if") == Const(cid) \
+                    and all(isinstance(i, Var) and i.name in chain for i in node.inputs):
+                continue
+            return False  # the name holds another value where the kernel tests it
+    match.optional.add("fmask")
+    match.bindings["fthrough"] = Sym(base)
+    return True
 
 
 def _both_branches(match: Match, cid: int, taken: bool, siblings: list[Match], ix: MethodIndex,
