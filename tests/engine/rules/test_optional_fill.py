@@ -168,3 +168,23 @@ class Attention(nn.Module):
     if new != source:
         # the original attention stays on the branch the kernel does not cover
         assert "softmax(dim=" in new
+
+
+def test_under_a_guard_on_the_mask_the_kernel_takes_it_as_it_is():
+    # each arm has a softmax of its own: the unmasked one reads the scores, so the original stays
+    # where the mask is None, and the kernel (on the other branch) needs no test of it
+    source = HEADER + '''
+class Attention(nn.Module):
+    def forward(self, q, k, v, mask=None):
+        dots = torch.matmul(q, k.transpose(-1, -2)) * 0.125
+        if mask is None:
+            attn = dots.softmax(dim=-1)
+        else:
+            dots = dots.masked_fill(mask == 0, -1e9)
+            attn = dots.softmax(dim=-1)
+        return torch.matmul(attn, v)
+'''
+    found, new = statuses(source)
+    assert [status for status, _ in found] == ["guarded"]
+    assert "if mask is None else" not in new
+    assert "attn_mask=~(mask == 0) | (mask == 0).all(-1, keepdim=True)" in new
