@@ -502,8 +502,17 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding | N
                 passed.extend(use.outputs)
 
     # 3. decisions the match depends on beyond its root's own guard
+    fills = []  # (decision, branch, variable) where the fill's mask is set on that branch only
+    match.bindings.pop("fthrough", None)
+    match.optional.discard("fmask")
     for cid, taken in sorted(match.extra_conditions.items()):
-        if cid in both_ways or _covered(match, cid, taken, siblings, ix):
+        if cid in both_ways:
+            continue
+        if _covered(match, cid, taken, siblings, ix):
+            subject = _tested(cid, ix)
+            base = _optional_fill(match, subject, cid, ix) if subject is not None else None
+            if base is not None:
+                fills.append((cid, taken, base))
             continue
         guards.append(frozenset({(match.cond_text.get(cid, f"<condition {cid}>"), not taken)}))
     # settings a constraint holds only for one value of (`self.dim != 2`)
@@ -520,6 +529,12 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding | N
         return near_miss("the match spans a helper function and its caller; rewrite the helper by hand or inline it")
 
     terms = _simplify(guards) if guards else []
+    for cid, taken, base in fills:
+        if frozenset({(match.cond_text.get(cid, f"<condition {cid}>"), not taken)}) not in terms:
+            # the kernel runs where the variable may be None: it tests it (else the guard keeps the
+            # original wherever it is None, and the kernel takes the mask as it is)
+            match.bindings["fthrough"] = Sym(base)
+            match.optional.add("fmask")
     if terms:
         opaque = next((text for term in terms for text, _ in term if text.startswith(HELPER_CONDITION)), None)
         if opaque is not None and not rule.detect_only:
@@ -586,7 +601,56 @@ def _covered(match: Match, cid: int, taken: bool, siblings: list[Match], ix: Met
             match.optional.update(cast)
             match.optional_through.update({key: _source_name(subject.name) for key in cast})
             return True
+        if isinstance(subject, Var) and _optional_fill(match, subject, cid, ix) is not None:
+            return True
     return False
+
+
+def _tested(cid: int, ix: MethodIndex) -> Var | None:
+    """The variable of a decision `V is not None` / `V is None`."""
+    phi = ix.phi_of(cid)
+    test = phi.kwarg("test") if phi is not None else None
+    compare = ix.defs.get(test.name) if isinstance(test, Var) else None
+    if compare is None or compare.op not in ("compare:isnot", "compare:is") or len(compare.inputs) != 2 \
+            or compare.inputs[1] != Const(None) or not isinstance(compare.inputs[0], Var):
+        return None
+    return compare.inputs[0]
+
+
+def _optional_fill(match: Match, subject: Var, cid: int, ix: MethodIndex) -> str | None:
+    """The fill's mask is computed from the tested variable alone, on the branch where it is set
+    (`mask = mask[:, None, None, :]`, then `s.masked_fill(~mask, fill)`), and the fill is the only
+    mask: the kernel then takes that mask where the variable is set and none where it is None
+    (`None if mask is None else ...`, the fix-up of fully masked rows included; a -inf fill, whose
+    NaN rows the template writes unconditionally, is not taken). The test at the kernel reads the
+    variable's name after the merge, so on the branch where it is set that name must hold no None:
+    each step of the mask's computation gives no tensor of a None (a tensor method, `~`, an index,
+    a torch or einops function raise; `None == 0` is a bool), and `masked_fill` takes a tensor mask
+    only, so where the fill runs every value of that computation is set. Returns the variable's
+    name, None where the fill is not such a one."""
+    fmask = match.bindings.get("fmask")
+    if not isinstance(fmask, Var) or any(name in match.bindings for name in ("mask", "mask2", "keep", "nan_rows")):
+        return None
+    chain = [fmask.name]
+    while chain[-1] != subject.name:
+        node = ix.defs.get(chain[-1])
+        if node is None or node.kind != "op" or not node.inputs or not isinstance(node.inputs[0], Var) \
+                or any(isinstance(i, Var) for i in (*node.inputs[1:], *(v for _, v in node.kwargs))) or len(chain) > 8:
+            return None  # a value of anything else than the tested variable
+        if node.op not in _MOVES and node.op not in ("invert", "getitem") \
+                and not node.op.startswith(("compare:", "torch.", "einops.")):
+            return None  # a step that may make a tensor of a None
+        chain.append(node.inputs[0].name)
+    base = _source_name(subject.name)
+    for node in ix.method.nodes:
+        for name in node.outputs:
+            if _source_name(name) != base or name in chain:
+                continue
+            if node.kind == "phi" and node.kwarg("if") == Const(cid) \
+                    and all(isinstance(i, Var) and i.name in chain for i in node.inputs):
+                continue
+            return None  # the name holds another value where the kernel tests it
+    return base
 
 
 def _both_branches(match: Match, cid: int, taken: bool, siblings: list[Match], ix: MethodIndex,
