@@ -123,13 +123,7 @@ def _use(search: _Search, rel: str, fn: _Func, node: ast.Name, parent: ast.AST |
             keys.setdefault(call.args[0].value, where)
             return
         if parent.attr == "update" and len(call.args) <= 1:
-            for arg in call.args:
-                _value_keys(search, rel, fn, arg, depth, keys)
-            for kw in call.keywords:
-                if kw.arg is None:
-                    _value_keys(search, rel, fn, kw.value, depth, keys)
-                else:
-                    keys.setdefault(kw.arg, where)
+            _call_keys(search, rel, fn, call, depth, keys, where)
             return
         raise Unknown(f"`{node.id}.{parent.attr}(...)` at line {node.lineno} may add keys")
     if isinstance(parent, (ast.Compare, ast.comprehension, ast.For, ast.If, ast.JoinedStr, ast.FormattedValue,
@@ -140,6 +134,18 @@ def _use(search: _Search, rel: str, fn: _Func, node: ast.Name, parent: ast.AST |
         return  # read or copied
     raise Unknown(f"`{node.id}` is used at line {node.lineno} (`{ast.unparse(parent) if parent else node.id}`), "
                   "which could add keys")
+
+
+def _call_keys(search: _Search, rel: str, fn: _Func | None, call: ast.Call, depth: int, keys: dict[str, str],
+               where: str) -> None:
+    """The keys `dict(...)` or `d.update(...)` gives: those of its one positional dict and its keywords."""
+    for arg in call.args:
+        _value_keys(search, rel, fn, arg, depth, keys)
+    for kw in call.keywords:
+        if kw.arg is None:
+            _value_keys(search, rel, fn, kw.value, depth, keys)
+        else:
+            keys.setdefault(kw.arg, where)
 
 
 def _value_keys(search: _Search, rel: str, fn: _Func | None, value: ast.expr, depth: int,
@@ -157,13 +163,7 @@ def _value_keys(search: _Search, rel: str, fn: _Func | None, value: ast.expr, de
         return
     if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "dict" \
             and len(value.args) <= 1:
-        for arg in value.args:
-            _value_keys(search, rel, fn, arg, depth, keys)
-        for kw in value.keywords:
-            if kw.arg is None:
-                _value_keys(search, rel, fn, kw.value, depth, keys)
-            else:
-                keys.setdefault(kw.arg, where)
+        _call_keys(search, rel, fn, value, depth, keys, where)
         return
     if isinstance(value, ast.IfExp):  # either dict, by the condition
         _value_keys(search, rel, fn, value.body, depth, keys)
