@@ -935,8 +935,7 @@ class Synthesizer:
             template, layout.lookup(match, lambda name: self.lookup(name, match, expr),
                                     lambda operand: self.render(operand, match))),
             lambda operand: self.render(operand, match))
-        code = layout.upcast_result(match, code, lambda: self.lookup("v", match, expr))
-        return layout.plus_term(match, code, lambda name: self.lookup(name, match, expr))
+        return layout.upcast_result(match, code, lambda: self.lookup("v", match, expr))
 
     def _guard(self, finding: Finding, stmt: cst.CSTNode) -> cst.BaseExpression | None:
         """The guarded finding's condition for keeping the original at `stmt`, or None where the
