@@ -74,6 +74,8 @@ def _operand_text(operand, ix, depth: int = 0) -> str | None:
     kwargs = [(k, _operand_text(v, ix, depth + 1)) for k, v in node.kwargs]
     if any(a is None for a in args) or any(v is None for _, v in kwargs):
         return None
+    if node.op in ("or", "and"):  # a boolean operator (the fused= test `all(...) or None`)
+        return f" {node.op} ".join(f"({a})" for a in args) if len(args) >= 2 and not kwargs else None
     if node.op.startswith("."):
         if not args:
             return None
