@@ -28,3 +28,15 @@ def namespace(source: str) -> dict:
     names: dict = {}
     exec(compile(source, "<case>", "exec"), names)  # noqa: S102 - sources written in the tests
     return names
+
+
+def train_steps(model, opt, steps: int) -> None:
+    """`steps` optimizer steps of `model` on a fixed stream of float64 inputs (seeded here), for
+    comparing an optimizer the original code builds against the rewritten one's."""
+    import torch
+
+    torch.manual_seed(1)
+    for _ in range(steps):
+        opt.zero_grad()
+        model(torch.randn(5, 3, dtype=torch.float64)).pow(2).mean().backward()
+        opt.step()

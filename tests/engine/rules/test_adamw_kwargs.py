@@ -12,7 +12,7 @@ import textwrap
 import pytest
 
 from engine.scan import scan_path
-from tests.engine.rules.harness import namespace, statuses
+from tests.engine.rules.harness import namespace, statuses, train_steps
 
 torch = pytest.importorskip("torch")
 
@@ -55,11 +55,7 @@ def _steps(source: str, name: str, generator: bool = False, steps: int = 3):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1)).double()
     opt = namespace(source)["get_optimizer"](name, model, 1e-2, weight_decay=0.01, generator=generator)
-    torch.manual_seed(1)
-    for _ in range(steps):
-        opt.zero_grad()
-        model(torch.randn(5, 3, dtype=torch.float64)).pow(2).mean().backward()
-        opt.step()
+    train_steps(model, opt, steps)
     return model, opt
 
 

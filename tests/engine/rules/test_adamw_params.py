@@ -12,6 +12,7 @@ from functools import cache
 import pytest
 
 from engine.scan import scan_source, select_rules
+from tests.engine.rules.harness import train_steps
 
 torch = pytest.importorskip("torch")
 
@@ -81,11 +82,7 @@ def _steps(namespace: dict, kind: str, steps: int = 4):
     for p in model.parameters():
         torch.nn.init.normal_(p)
     opt = namespace["get_optimizer"](model, kind)
-    torch.manual_seed(1)
-    for _ in range(steps):
-        opt.zero_grad()
-        model(torch.randn(5, 3, dtype=torch.float64)).pow(2).mean().backward()
-        opt.step()
+    train_steps(model, opt, steps)
     return model, opt
 
 
@@ -165,11 +162,7 @@ AGENT = textwrap.dedent("""
 def _train(cls, steps: int = 4):
     torch.manual_seed(0)
     model = cls(1e-2)
-    torch.manual_seed(1)
-    for _ in range(steps):
-        model.optimizer.zero_grad()
-        model(torch.randn(5, 3, dtype=torch.float64)).pow(2).mean().backward()
-        model.optimizer.step()
+    train_steps(model, model.optimizer, steps)
     return model
 
 
@@ -213,11 +206,7 @@ def _std_steps(get_std_opt, params_of, steps: int = 4):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 1)).double()
     opt = get_std_opt(params_of(model), 1e-2)
-    torch.manual_seed(1)
-    for _ in range(steps):
-        opt.zero_grad()
-        model(torch.randn(5, 3, dtype=torch.float64)).pow(2).mean().backward()
-        opt.step()
+    train_steps(model, opt, steps)
     return model, opt
 
 
