@@ -39,6 +39,7 @@ import json
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from engine.bench.stats import point
@@ -77,7 +78,8 @@ def _bench_config(args):
     from engine.bench import BenchConfig
 
     return BenchConfig(device=args.device, dtype=args.dtype, repeats=args.repeats, warmup=args.warmup,
-                       threads=args.threads, shape={"batch_size": args.batch_size, "seq_len": args.seq_len})
+                       threads=args.threads, shape={"batch_size": args.batch_size, "seq_len": args.seq_len},
+                       **({"budget_s": args.bench_budget} if args.bench_budget else {}))
 
 
 def _ratios(bench: dict | None) -> tuple[float | None, float | None]:
@@ -123,7 +125,10 @@ def _with_sources(package: Path, rel: str) -> list[str]:
     return found
 
 
-def run_ours(name: str, args) -> dict:
+def verify_ours(name: str, args) -> tuple[dict, dict | None]:
+    """Scan the model's files and verify the rewrites (no benchmark): the panel row and the files
+    that passed (None where nothing is left to benchmark). Verification runs in child processes, so
+    several models can be verified at once (``--jobs``); benchmarks then run one at a time."""
     import transformers
 
     from engine.pipeline import verify_and_bench
@@ -149,14 +154,33 @@ def run_ours(name: str, args) -> dict:
     if not sites:
         out["verification"] = out["benchmark"] = None
         out["note"] = "no rule rewrote this model's code" + (f" ({len(near)} near-miss(es))" if near else "")
-        return out
-    outcome = verify_and_bench(result, root, verify=not args.no_verify, bench=True, device=args.device,
-                               dtype=args.dtype, bench_config=_bench_config(args),
-                               bench_target=_target(package, name, args.seq_len),
+        return out, None
+    outcome = verify_and_bench(result, root, verify=not args.no_verify, bench=False, device=args.device,
+                               dtype=args.dtype, bench_target=_target(package, name, args.seq_len),
                                log=lambda line: print(f"  [{name}] {line}", flush=True))
-    outcome.pop("files", None)
-    out.update({k: outcome[k] for k in ("rewrites", "verification", "benchmark", "decision", "notes")})
-    out["duration_s"] = round(time.monotonic() - started, 1)
+    files = outcome.pop("files", None)
+    out.update({k: outcome[k] for k in ("rewrites", "verification", "notes")})
+    out["verify_s"] = round(time.monotonic() - started, 1)
+    return out, (files or None)
+
+
+def bench_ours(name: str, args, out: dict, files: dict | None) -> dict:
+    """Time the training step, original against the verified rewrites (``out`` from verify_ours)."""
+    import transformers
+
+    from engine.bench import bench
+
+    if files is None:
+        if out.get("sites"):
+            out["benchmark"] = {"status": "skipped", "message": "no rewrite passed verification"}
+        return out
+    started = time.monotonic()
+    package = Path(transformers.__file__).resolve().parent
+    print(f"  [{name}] benchmarking the training step on {args.device} ({args.dtype}), original against rewritten",
+          flush=True)
+    out["benchmark"] = bench(package / "models", files, _target(package, name, args.seq_len),
+                             config=_bench_config(args)).to_dict()
+    out["bench_s"] = round(time.monotonic() - started, 1)
     return out
 
 
@@ -210,6 +234,21 @@ def run_library_sdpa(name: str, args) -> dict:
 # --------------------------------------------------------------------------------------------------
 
 
+def _eligible(verification: dict) -> str:
+    """The rewritten model's kernel calls a fused backend took, where it was asked (the run's device
+    and dtype), from the combined rewrite's verification (else each rewrite's)."""
+    rows = [verification["combined"]] if verification.get("combined") else list(verification["per_rewrite"].values())
+    fused = math = 0
+    on, why = "", ""
+    for row in rows:
+        for entry in (row.get("kernel_eligibility") or {}).values():
+            fused, math = fused + entry.get("fused", 0), math + entry.get("math only", 0)
+            on, why = on or entry.get("on", ""), why or entry.get("why", "")
+    if not fused + math:
+        return "fused-eligible: no kernel call counted"
+    return f"fused-eligible{' on ' + on if on else ''}: {fused}/{fused + math} calls" + (f" ({why[:120]})" if math else "")
+
+
 def _line(ours: dict, lib: dict | None) -> str:
     rules = ", ".join(f"{k} x{v}" for k, v in ours["sites"].items()) or "none"
     parts = [f"{ours['model']:8s} rules: {rules}"]
@@ -228,6 +267,7 @@ def _line(ours: dict, lib: dict | None) -> str:
         parts.append(f"verify: {status}" + (f" (max abs err {worst_abs:.1e}, max rel err {worst:.1e})"
                                             if worst is not None and worst_abs is not None else "")
                      + (f"; dropped {', '.join(v['dropped'])}" if v["dropped"] else ""))
+        parts.append(_eligible(v))
     b = ours.get("benchmark")
     if b is not None:
         parts.append("ours: " + (_fmt(b) if b.get("status") == "ok" else f"bench {b.get('status')}: "
@@ -249,6 +289,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seq-len", type=int, default=512)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--bench-budget", type=float, default=None,
+                        help="seconds of timed rounds per model (default: engine.bench's); past it the interval is as wide as it is")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--rules", default="default")
     parser.add_argument("--no-verify", action="store_true", help="benchmark without verifying (not for reports)")
@@ -257,6 +299,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="interpreter with a transformers that supports attn_implementation='sdpa'")
     parser.add_argument("--timeout", type=int, default=3600, help="per library-SDPA subprocess, seconds")
     parser.add_argument("--json", help="write every result here (rewritten after each model)")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="models verified at once (child processes); the benchmarks run one at a time after")
     parser.add_argument("--sdpa-worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if str(REPO) not in sys.path:
@@ -272,11 +316,23 @@ def main(argv: list[str] | None = None) -> int:
     print(f"panel: {names} on {args.device} {args.dtype}, batch {args.batch_size} x seq {args.seq_len}, "
           f"{args.repeats} interleaved rounds after {args.warmup} warm-up steps", flush=True)
     results = []
-    for name in names:
+
+    def verified(name: str) -> tuple[dict, dict | None]:
         try:
-            ours = run_ours(name, args)
+            return verify_ours(name, args)
         except Exception as exc:  # one model's failure must not end the panel
-            ours = {"model": name, "sites": {}, "note": f"error: {type(exc).__name__}: {exc}"}
+            return {"model": name, "sites": {}, "note": f"error: {type(exc).__name__}: {exc}"}, None
+
+    ahead: dict = {}
+    if args.jobs > 1:  # every model verified first, several at once; nothing else runs while a benchmark is timed
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            ahead = dict(zip(names, pool.map(verified, names), strict=True))
+    for name in names:
+        ours, files = ahead[name] if name in ahead else verified(name)
+        try:
+            ours = bench_ours(name, args, ours, files)
+        except Exception as exc:  # noqa: BLE001
+            ours["benchmark"] = {"status": "error", "message": f"{type(exc).__name__}: {exc}"}
         lib = None if args.no_library_sdpa else run_library_sdpa(name, args)
         results.append({"ours": ours, "library_sdpa": lib})
         print(_line(ours, lib), flush=True)

@@ -155,7 +155,7 @@ def _repo_min_gain(base: Path) -> float | None:
 def _row(result) -> dict:
     data = result.to_dict()
     return {key: data[key] for key in ("status", "passed", "message", "max_abs_err", "max_rel_err", "targets",
-                                       "duration_s", "notes")} | {"comparisons": len(data["cases"]),
+                                       "duration_s", "notes", "kernel_eligibility")} | {"comparisons": len(data["cases"]),
                                                                   "cases": data["cases"]}
 
 
@@ -228,7 +228,9 @@ def verify_and_bench(result: ScanResult, root: Path | str | None = None, *, veri
     if verify:
         from engine.verify import Candidate, VerifyConfig, verify_candidates
 
-        config = verify_config or VerifyConfig(dtype=dtype, threads=threads)
+        # the fused backends are asked where the rewrite is to run: the benchmark's device and dtype
+        config = verify_config or VerifyConfig(dtype=dtype, threads=threads, eligibility_device=device,
+                                               eligibility_dtype=dtype)
         out["timeline"]["verifying"] = _now()
         say(f"verifying {len(groups)} rewrite(s) on their own"
             + (" and together" if len(groups) > 1 else "") + " (each side in a sandboxed child process)")

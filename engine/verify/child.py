@@ -93,7 +93,8 @@ class KernelCounter:
                 record(spec)
                 if probe is not None:
                     problem = probe(__fn, args, kwargs)
-                    entry = eligibility.setdefault(spec, {"fused": 0, "math only": 0, "why": "", "sites": {}})
+                    entry = eligibility.setdefault(spec, {"fused": 0, "math only": 0, "why": "", "sites": {},
+                                                          "on": " ".join(filter(None, ELIGIBILITY_ON))})
                     entry["math only" if problem else "fused"] += 1
                     entry["why"] = entry["why"] or problem or ""
                     if problem:  # where the refused call came from: the parent blames only the rewrite's own calls
@@ -130,6 +131,11 @@ def _place(frame) -> str:
 
 
 _ELIGIBLE: dict = {}  # a call's signature -> the fused backends' verdict (None: taken)
+# Where the fused backends are asked: (device, dtype or None for the call's own); set from the job
+# (VerifyConfig.eligibility_device/_dtype). Verification compares on the CPU, but a rewrite pays on
+# the device it is benchmarked on, whose kernels refuse other calls (FlashAttention takes only
+# half-precision inputs, and neither CUDA kernel takes 3-D or 5-D ones).
+ELIGIBILITY_ON: tuple = ("cpu", None)
 
 
 def _signature(args, kwargs) -> tuple | None:
@@ -169,8 +175,17 @@ def _try_fused(fn, args, kwargs) -> str | None:
         from torch.nn.attention import SDPBackend, sdpa_kernel
     except ImportError:
         return None
-    detached = [a.detach() if isinstance(a, torch.Tensor) else a for a in args]
-    options = {k: (v.detach() if isinstance(v, torch.Tensor) else v) for k, v in kwargs.items()}
+    device, dtype = ELIGIBILITY_ON
+    low = _DTYPES[dtype] if dtype else None
+
+    def moved(value):
+        if not isinstance(value, torch.Tensor):
+            return value
+        value = value.detach()  # strides kept: .to() of a non-contiguous tensor keeps its layout
+        return value.to(device=device, dtype=low if low is not None and value.is_floating_point() else None)
+
+    detached = [moved(a) for a in args]
+    options = {k: moved(v) for k, v in kwargs.items()}
     options["dropout_p"] = 0.0
     import warnings
 
@@ -184,6 +199,14 @@ def _try_fused(fn, args, kwargs) -> str | None:
                        if "not used because" not in str(w.message)]
             return " ".join(" ".join(reasons or [str(exc)]).split())[:300]
     return None
+
+
+def _eligibility_target(device: str, dtype: str | None) -> tuple:
+    """(device, dtype) the fused backends are asked on; the CPU where the device asked for is not
+    here (a note in each verdict's entry says which device answered)."""
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        device = "cpu"
+    return device, (dtype if dtype in _DTYPES else None)
 
 
 COUNTER = KernelCounter(())
@@ -967,8 +990,9 @@ def serve_bench(job: dict, channel) -> None:
 def main(argv: list[str]) -> int:
     with open(argv[1]) as handle:
         job = json.load(handle)
-    global COUNTER
+    global COUNTER, ELIGIBILITY_ON
     COUNTER = KernelCounter(job.get("count_kernels", ()))
+    ELIGIBILITY_ON = _eligibility_target(job.get("eligibility_device") or "cpu", job.get("eligibility_dtype"))
     for entry in reversed(job.get("sys_path", [])):
         sys.path.insert(0, entry)
     if job.get("threads"):

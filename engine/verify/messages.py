@@ -145,6 +145,7 @@ def _eligibility(value, case: str) -> dict:
         out[kernel] = {"fused": _count(entry.get("fused", 0), f"case {case}: fused calls"),
                        "math only": _count(entry.get("math only", 0), f"case {case}: math-only calls"),
                        "why": text(entry.get("why", ""), 500),
+                       "on": text(entry.get("on", ""), 40),  # the device (and dtype) the backends were asked on
                        "sites": _places(entry.get("sites"), case)}
     return out
 

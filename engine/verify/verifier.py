@@ -47,6 +47,10 @@ class VerifyConfig:
     probes: bool = True
     # also run eval mode in these dtypes on both sides, held against the original's float64 run
     low_precision: tuple[str, ...] = ("bfloat16", "float16")
+    # where each kernel call is offered to the fused backends alone (engine.verify.child._try_fused):
+    # the device and dtype the rewrite is meant to run in (the benchmark's); None: the compared dtype
+    eligibility_device: str = "cpu"
+    eligibility_dtype: str | None = None
 
     def limits(self) -> Limits:
         return Limits(timeout_s=self.timeout_s, memory_bytes=self.memory_bytes, threads=self.threads,
@@ -153,6 +157,8 @@ class Verifier:
             "threads": self.config.threads,
             "reference_file": str(reference_file),
             "count_kernels": list(self.count_kernels),
+            "eligibility_device": self.config.eligibility_device,
+            "eligibility_dtype": self.config.eligibility_dtype,
             "tensors_file": str(job_dir / "tensors.pt"),
             "result_file": str(job_dir / "result.json"),
         }
@@ -517,7 +523,7 @@ def _eligibility(candidate: _SideRun, result: VerifyResult, kernels: tuple[str, 
     for case in candidate.cases.values():
         for kernel, entry in (case.get("kernel_eligibility") or {}).items():
             if kernel in kernels:
-                total = totals.setdefault(kernel, {"fused": 0, "math only": 0, "why": ""})
+                total = totals.setdefault(kernel, {"fused": 0, "math only": 0, "why": "", "on": entry.get("on", "")})
                 total["fused"] += entry.get("fused", 0)
                 total["math only"] += entry.get("math only", 0)
                 total["why"] = total["why"] or entry.get("why", "")
@@ -527,7 +533,7 @@ def _eligibility(candidate: _SideRun, result: VerifyResult, kernels: tuple[str, 
         result.kernel_eligibility[kernel] = total
         if total["math only"]:
             result.notes.append(f"{kernel}: {total['math only']} of {total['fused'] + total['math only']} calls "
-                                f"no fused kernel takes (they run the math path and cannot pay): {total['why']}")
+                                f"no fused kernel takes{' on ' + total['on'] if total['on'] else ''} (they run the math path and cannot pay): {total['why']}")
     math_only = [site for site in sites if not unexercised([site], refused, candidate.tree_dir)]
     if not math_only:
         return []

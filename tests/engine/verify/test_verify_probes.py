@@ -102,6 +102,29 @@ def test_calls_no_fused_kernel_takes_fail_the_rewrite(verifier, repo):
     assert four_d.kernel_eligibility[SDPA]["math only"] == 0 and four_d.kernel_eligibility[SDPA]["fused"] > 0
 
 
+def test_eligibility_is_asked_on_the_device_and_dtype_the_rewrite_runs_in(repo):
+    """The fused backends are offered each call in the benchmark's device and dtype, not the
+    compared float32 on the CPU: FlashAttention on CUDA takes only half precision, so a float32
+    verdict would say nothing about a bfloat16 run there. Where the device asked for is not here, the
+    CPU answers and the entry says so; a 3-D call is refused in bfloat16 as in float32."""
+    import torch
+
+    config = VerifyConfig(timeout_s=120, threads=1, shapes=({"batch_size": 2, "seq_len": 5},),
+                          eligibility_device="cuda", eligibility_dtype="bfloat16")
+    expected_on = "cuda bfloat16" if torch.cuda.is_available() else "cpu bfloat16"
+    with Verifier(repo, config=config) as verifier:
+        four_d = verifier.check(sdpa_rewrite(repo), (SDPA,))
+        flat = verifier.check({"model.py": (repo / "model.py").read_text().replace(ATTENTION_BLOCK, (
+            "        y = F.scaled_dot_product_attention(q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1))\n"
+            "        y = y.view(q.shape)\n"))}, (SDPA,))
+    assert four_d.passed, four_d.message
+    entry = four_d.kernel_eligibility[SDPA]
+    assert entry["on"] == expected_on and entry["fused"] > 0 and entry["math only"] == 0
+    assert flat.status == R.FAILED and "runs the math path only" in flat.message
+    assert flat.kernel_eligibility[SDPA]["on"] == expected_on
+    assert any(f"no fused kernel takes on {expected_on}" in note for note in flat.notes)
+
+
 def test_the_repositorys_own_math_only_call_is_a_note_not_the_rewrites_failure(tmp_path):
     """Only the calls the rewrite adds are held to eligibility: a 3-D call the original already makes
     (here on the block's (batch, tokens, features) input) is reported, and the rewrite, whose own
