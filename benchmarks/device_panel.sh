@@ -35,15 +35,15 @@ PY
 log "environment ready"
 
 # 1. The panel: every model verified first (several at once), then each benchmarked alone on CUDA
-timeout "${PANEL_TIMEOUT:-420}" "$PY" -m benchmarks.speedup_panel --device cuda --dtype bfloat16 \
+timeout "${PANEL_TIMEOUT:-400}" "$PY" -m benchmarks.speedup_panel --device cuda --dtype bfloat16 \
   --batch-size "${BATCH:-8}" --seq-len "${SEQ:-512}" --jobs "${JOBS:-6}" --bench-budget "${BUDGET:-20}" \
   --repeats 10 --no-library-sdpa \
   --json "$OUT_DIR/panel.json" 2>&1 | grep -v "WITHOUT a sandbox" | tee "$OUT_DIR/panel.log"
 log "panel done (exit ${PIPESTATUS[0]})"
 
 # 2. The README's main job on CUDA in bfloat16
-if [ "$(( $(date +%s) - started ))" -lt "${MINIGPT_AFTER_LIMIT:-460}" ]; then
-  timeout "${MINIGPT_TIMEOUT:-90}" "$PY" -m engine.cli scan examples/minigpt --verify --bench --device cuda \
+if [ "$(( $(date +%s) - started ))" -lt "${MINIGPT_AFTER_LIMIT:-430}" ]; then
+  timeout "${MINIGPT_TIMEOUT:-75}" "$PY" -m engine.cli scan examples/minigpt --verify --bench --device cuda \
     --dtype bfloat16 --no-history --report "$OUT_DIR/minigpt-pr.md" --format json --output "$OUT_DIR/minigpt.json" \
     2>&1 | grep -v "WITHOUT a sandbox" | tail -12 | tee "$OUT_DIR/minigpt.log"
   log "minigpt done (exit ${PIPESTATUS[0]})"

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -155,8 +156,10 @@ def verify_ours(name: str, args) -> tuple[dict, dict | None]:
         out["verification"] = out["benchmark"] = None
         out["note"] = "no rule rewrote this model's code" + (f" ({len(near)} near-miss(es))" if near else "")
         return out, None
+    # models verified at once share the cores (each child would otherwise take them all)
+    threads = max(1, (os.cpu_count() or 1) // args.jobs) if args.jobs > 1 else args.threads
     outcome = verify_and_bench(result, root, verify=not args.no_verify, bench=False, device=args.device,
-                               dtype=args.dtype, bench_target=_target(package, name, args.seq_len),
+                               dtype=args.dtype, threads=threads, bench_target=_target(package, name, args.seq_len),
                                log=lambda line: print(f"  [{name}] {line}", flush=True))
     files = outcome.pop("files", None)
     out.update({k: outcome[k] for k in ("rewrites", "verification", "notes")})

@@ -166,6 +166,7 @@ class Verifier:
         try:
             run = run_child(CHILD, [str(job_dir / "job.json")], cwd=tree.cwd, home=base / "home", log_dir=job_dir,
                             limits=self.config.limits(), writable=[base / "tree"],
+                            cuda=self.config.eligibility_device.startswith("cuda"),  # its device nodes, no address-space cap
                             readable=[reference_file] if reference else [])
         except SandboxUnavailable as exc:
             return _SideRun(R.ERROR, str(exc))
