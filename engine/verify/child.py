@@ -55,6 +55,7 @@ class KernelCounter:
         self.counts: dict = {}
         self.sites: dict = {}  # spec -> "FILE:LINE" the call came from -> calls (coverage per call site)
         self.eligibility: dict = {}  # spec -> calls a fused kernel could take, calls only the math path can
+        self.asking = True  # whether calls are offered to the fused backends (not on the probes' made-up inputs)
         for spec in specs or ():
             self._install(spec)
 
@@ -86,12 +87,13 @@ class KernelCounter:
 
         probe = _fused_eligibility if attr == "scaled_dot_product_attention" else None
         eligibility = self.eligibility
+        counter = self
 
         def wrapper(*args, __fn=target, **kwargs):
             if keyword is None or kwargs.get(keyword):
                 counts[spec] += 1
                 record(spec)
-                if probe is not None:
+                if probe is not None and counter.asking:
                     problem = probe(__fn, args, kwargs)
                     entry = eligibility.setdefault(spec, {"fused": 0, "math only": 0, "why": "", "sites": {},
                                                           "on": " ".join(filter(None, ELIGIBILITY_ON))})
@@ -818,12 +820,18 @@ def run_cases(job: dict) -> dict:
                         saved_tensors[f"{name}|{mode}|{dtype}|{key}"] = value
             for key, value in shipped.pop("tensors").items():
                 saved_tensors[f"{name}|shipped|{key}"] = value
-            eligibility = {k: dict(v) for k, v in COUNTER.eligibility.items()}  # of the compared runs only
+            # of the compared runs only: the probes' made-up inputs (non-contiguous, fully masked) say
+            # nothing of the calls the model makes, so they are not asked (COUNTER.asking below)
+            eligibility = {k: {**v, "sites": dict(v["sites"])} for k, v in COUNTER.eligibility.items()}
             kernel_sites = COUNTER.take_sites()
             phase = "probes"
             COUNTER.take()
-            variants, probe_tensors, probes = run_probes(
-                built, model, inputs, side, job, None if reference is None else reference.get("probes/" + name, []))
+            COUNTER.asking = False
+            try:
+                variants, probe_tensors, probes = run_probes(
+                    built, model, inputs, side, job, None if reference is None else reference.get("probes/" + name, []))
+            finally:
+                COUNTER.asking = True
             if side == "original":
                 saved_state["probes/" + name] = variants
             for key, value in probe_tensors.items():

@@ -125,6 +125,26 @@ def test_eligibility_is_asked_on_the_device_and_dtype_the_rewrite_runs_in(repo):
     assert any(f"no fused kernel takes on {expected_on}" in note for note in flat.notes)
 
 
+def test_the_probes_made_up_inputs_are_not_held_to_eligibility(verifier, repo):
+    """Eligibility is judged on the calls the model makes with the harness's inputs: a call that only
+    the probes make (here a 3-D call taken only in the bfloat16 probe) is neither counted nor blamed.
+    (Their verdicts once leaked into the compared runs' call sites, and a rewrite whose every counted
+    call was fused failed as "runs the math path only".)"""
+    text = sdpa_rewrite(repo)["model.py"]
+    call = "        y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.drop.p if self.training else 0.0)\n"
+    assert call in text
+    branching = text.replace(call, (
+        "        shape = q.shape\n"
+        "        if q.dtype == torch.bfloat16:\n"
+        "            q, k, v = q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1)\n"
+        + call.replace("0.0)\n", "0.0).view(shape)\n")))
+    result = verifier.check({"model.py": branching}, (SDPA,))
+    assert result.passed, result.message
+    entry = result.kernel_eligibility[SDPA]
+    assert entry["math only"] == 0 and entry["fused"] > 0
+    assert any(c.run == "probe:bfloat16" for c in result.cases)  # the 3-D call did run, in the probe
+
+
 def test_the_repositorys_own_math_only_call_is_a_note_not_the_rewrites_failure(tmp_path):
     """Only the calls the rewrite adds are held to eligibility: a 3-D call the original already makes
     (here on the block's (batch, tokens, features) input) is reported, and the rewrite, whose own
