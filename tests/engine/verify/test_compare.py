@@ -99,3 +99,29 @@ def test_probe_gradients_where_only_the_original_is_nan_are_left_out_and_the_res
                                           {"out.0": rewritten, "grad/q": rewritten}, "float32",
                                           nan_original_grads_ok=True)}
     assert checks["grad/q"].passed and not checks["out.0"].passed
+
+
+def test_where_the_float64_reference_overflowed_the_sides_are_compared_directly():
+    """A fully masked sample under a fill of the dtype's lowest value: in float64 two such fills add
+    up to -inf and the reference's softmax is NaN, while bfloat16 stays finite. Those elements are no
+    reference; there the rewrite must agree with the original directly, and the float64 run still
+    judges every other element."""
+    torch.manual_seed(0)
+    truth = torch.randn(64, dtype=torch.float64)
+    rewritten = truth.to(torch.bfloat16).float()
+    original = rewritten.clone()
+    original[8:16] += 0.25  # the original is imprecise there: only the float64 run can excuse the difference
+    reference = truth.clone()
+    reference[:8] = float("nan")
+    check = check_tensor("out", original, rewritten, "bfloat16", reference)
+    assert check.passed and check.criterion == "float64 reference", check.message
+    wrong = rewritten.clone()
+    wrong[:8] += 1.0  # where there is no reference, the sides disagree
+    check = check_tensor("out", original, wrong, "bfloat16", reference)
+    assert not check.passed and "float64 reference is not finite" in check.message
+    # in half precision each side may be off by what the original's error over its kind allows
+    noisy = rewritten.clone()
+    noisy[:8] += 0.3
+    assert not check_tensor("out", original, noisy, "bfloat16", reference).passed
+    assert check_tensor("out", original, noisy, "bfloat16", reference, kind_noise=0.05).passed
+    assert not check_tensor("out", original, wrong, "bfloat16", reference, kind_noise=0.05).passed
