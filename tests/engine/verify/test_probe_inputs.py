@@ -110,3 +110,20 @@ def test_kernel_sites_are_carried_checked():
                    {"k; rm -rf /": {"/m.py:1": 1}}, {sdpa: {"/tmp/m\x1b.py:4": 1}}):
         with pytest.raises(MalformedMessage):
             _kernel_sites(forged, "case")
+
+
+def test_two_runs_differ_as_dropout_makes_them_not_by_a_reductions_rounding():
+    """The shipped-dropout probe asks whether a model drops by running it twice under different seeds:
+    a threaded reduction summing in another order (a last-bit difference) is no dropout, zeroed and
+    rescaled elements are; NaN and infinities must sit in the same places."""
+    torch.manual_seed(0)
+    out = torch.randn(4, 16)
+    assert not child._differs(out, out.clone())
+    assert not child._differs(out, out + 1e-7 * torch.randn(4, 16))  # rounding of a reordered sum
+    dropped = torch.nn.functional.dropout(out, 0.1, training=True)
+    assert child._differs(out, dropped)
+    assert child._differs(out, out[:, :8])
+    with_nan = out.clone()
+    with_nan[0, 0] = float("nan")
+    assert not child._differs(with_nan, with_nan.clone())
+    assert child._differs(with_nan, out)
