@@ -38,6 +38,10 @@ FN 8, all four sets FP 0; wild1-3 together TP 200 FN 10, R 0.952.
 wild5 (torchaudio, torch-geometric, neuralforecast, recbole, deepctr-torch, enformer-pytorch), held out
 and labelled the same way before the tool ran on it, has its own figures: on 2026-12-04, at its first
 scan, TP 7  FP 0  FN 14   P 1.000  R 0.333.
+wild6 (coqui-tts, funasr, transformer-lens, unimol-tools, rtdl-revisiting-models, audiocraft), held out and
+labelled the same way before the tool ran on it, has its own figures: on 2026-12-04, at its first scan,
+TP 15  FP 0  FN 21   P 1.000  R 0.417 (attention alone TP 2 FN 16: split across helpers, metadata reads of
+the scores, ranks through torch.stack, a keyword cast back).
 
 On 2026-12-04 the benchmark started to score what the command line does: a guarded rewrite whose
 kernel never runs with the class's default settings is refused there, and the benchmark had counted
@@ -96,13 +100,15 @@ def _at_least(result: W.Score, tp: int, fp: int, fn: int, precision: float, reca
 def test_precision_and_recall_against_the_labels(scanned, labels):
     _, scans = scanned
     every_site = [s for scan in scans for s in scan.sites]
-    # the figures below were set on wild1 and wild2; wild3, wild4 and wild5, labelled later, have ratchets of their own
+    # the figures below were set on wild1 and wild2; wild3 to wild6, labelled later, have ratchets of their own
     wild3 = W.score(W.set_labels(labels, "wild3"), W.set_sites(every_site, "wild3"))
     _at_least(wild3, 69, 0, 9, 1.0, 0.88, "wild3")
     wild4 = W.score(W.set_labels(labels, "wild4"), W.set_sites(every_site, "wild4"))
     _at_least(wild4, 16, 0, 6, 1.0, 0.72, "wild4")
     wild5 = W.score(W.set_labels(labels, "wild5"), W.set_sites(every_site, "wild5"))
     _at_least(wild5, 7, 0, 14, 1.0, 0.33, "wild5")
+    wild6 = W.score(W.set_labels(labels, "wild6"), W.set_sites(every_site, "wild6"))
+    _at_least(wild6, 15, 0, 21, 1.0, 0.41, "wild6")
     labels = W.set_labels(labels, "wild1") + W.set_labels(labels, "wild2")
     sites = W.set_sites(every_site, "wild1") + W.set_sites(every_site, "wild2")
     _at_least(W.score(labels, sites), 130, 0, 2, 1.0, 0.98, "all")
