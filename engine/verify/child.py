@@ -733,10 +733,12 @@ def probe_loss(sample, batch):
             if not t.is_floating_point() or not t.requires_grad:
                 continue
             generator = torch.Generator().manual_seed(zlib.crc32(key.encode()))
-            weight = torch.randn(t.shape, generator=generator, dtype=torch.float64).to(t.dtype)
+            weight = torch.randn(t.shape, generator=generator, dtype=torch.float64)
             if sample is not None and t.dim() >= 1 and t.shape[0] == batch:
                 weight[sample] = 0
-            term = (t.nan_to_num(0.0, 0.0, 0.0) * weight).sum()
+            # summed in float64: a bfloat16 scalar of a few tens is rounded to 1/8, so a loss summed in the
+            # run's dtype compares one rounding step, not the outputs (CLIP's failed so in bfloat16)
+            term = (t.nan_to_num(0.0, 0.0, 0.0).double() * weight).sum()
             total = term if total is None else total + term
         return total if total is not None else torch.zeros(())
 

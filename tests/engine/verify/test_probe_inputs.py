@@ -127,3 +127,21 @@ def test_two_runs_differ_as_dropout_makes_them_not_by_a_reductions_rounding():
     with_nan[0, 0] = float("nan")
     assert not child._differs(with_nan, with_nan.clone())
     assert child._differs(with_nan, out)
+
+
+def test_the_probe_loss_is_summed_in_float64_whatever_the_runs_dtype():
+    """In bfloat16 a loss of a few tens is rounded to steps of 1/8 or more, and comparing such losses
+    compares one rounding, not the outputs: the probe loss sums the same projection in float64, so two
+    bfloat16 outputs that differ by one rounding step of one element give losses that differ by as
+    little, and the gradient still reaches the bfloat16 output."""
+    torch.manual_seed(0)
+    out = (4 * torch.randn(64, 64)).to(torch.bfloat16).requires_grad_()
+    loss = child.probe_loss(None, 64)(out)
+    assert loss.dtype == torch.float64
+    expected = child.probe_loss(None, 64)(out.detach().double().requires_grad_())
+    assert float(loss) == pytest.approx(float(expected), rel=1e-12)
+    loss.backward()
+    assert out.grad is not None and out.grad.dtype == torch.bfloat16
+    nudged = out.detach().clone()
+    nudged[0, 0] = torch.nextafter(nudged[0, 0].float(), torch.tensor(1e9)).to(torch.bfloat16)
+    assert abs(float(child.probe_loss(None, 64)(nudged.requires_grad_())) - float(loss)) < 1.0
