@@ -260,17 +260,36 @@ def _score_shaped(match: Match) -> set[str]:
     return {match.nodes[key].outputs[0] for key in keys if key in match.nodes and match.nodes[key].outputs}
 
 
-def _of_scores(operand, scores: set[str], ix: MethodIndex, depth: int = 0) -> bool:
-    """`operand` holds score-shaped values on every path: one of `scores`, or a merge of such."""
+# Ops whose result has their first operand's shape and device whatever the others are: a fill's mask
+# broadcasts to the tensor it fills, never the reverse (an addition may broadcast to a larger shape,
+# `.to` may move to another device: neither is here)
+_KEEPS_SHAPE_AND_DEVICE = {"masked_fill", ".masked_fill", "softmax", "dropout", ".float", ".half", ".bfloat16",
+                           ".contiguous", ".clone"}
+
+
+# of those, the ops that keep the dtype too
+_KEEPS_DTYPE = {"masked_fill", ".masked_fill", "dropout", ".contiguous", ".clone"}
+
+
+def _of_scores(operand, scores: set[str], ix: MethodIndex, depth: int = 0,
+               keeps: set[str] = _KEEPS_SHAPE_AND_DEVICE) -> bool:
+    """`operand` holds score-shaped values on every path: one of `scores`, a merge of such, or one
+    made from such by an op that keeps its input's shape and device (a fill outside the match: the
+    optional `if exists(mask): dots.masked_fill_(~mask, v)` before a causal mask reads `dots.shape`)."""
     if not isinstance(operand, Var) or depth > 8:
         return False
     if operand.name in scores:
         return True
     node = ix.defs.get(operand.name)
-    if node is None or node.kind != "phi":
+    if node is None or not node.inputs:
+        return False
+    if node.kind == "op" and (node.op in keeps
+                              or node.op == "scale" and len(node.inputs) == 2 and isinstance(node.inputs[1], Const)):
+        return _of_scores(node.inputs[0], scores, ix, depth + 1, keeps)
+    if node.kind != "phi":
         return False
     merged = [v for v in node.inputs if isinstance(v, Var)]
-    return bool(merged) and all(_of_scores(v, scores, ix, depth + 1) for v in merged)
+    return bool(merged) and all(_of_scores(v, scores, ix, depth + 1, keeps) for v in merged)
 
 
 def _axes(index: object) -> tuple[str, ...] | None:
@@ -283,12 +302,20 @@ def _axes(index: object) -> tuple[str, ...] | None:
     return None
 
 
-def _restatement(use: Node, scores: set[str], ix: MethodIndex) -> tuple[Node, tuple[str, ...]] | None:
+def _restatement(use: Node, scores: set[str], ix: MethodIndex,
+                 dtyped: set[str] = frozenset()) -> tuple[Node, tuple[str, ...]] | None:  # type: ignore[assignment]
     """A read of the scores' metadata that the query and the key state as well, and the node whose
     expression becomes that statement: `s.device` (the query's device), `s.shape[-1]` /
-    `s.size(-1)` (the key's length), `s.shape[-2]` (the query's), `s.shape[-2:]` (both). The
-    rewrite removes the scores; such a read is then written on `$q` and `$k` (synthesis)."""
-    if use.kind != "op" or not use.inputs or not _of_scores(use.inputs[0], scores, ix) or use.pos is None:
+    `s.size(-1)` (the key's length), `s.shape[-2]` (the query's), `s.shape[-2:]` (both), and
+    `s.dtype` (the query's) where `s` is one of `dtyped`, the product and its scalings by a number
+    (`matmul` takes operands of one dtype and gives that dtype; a fill keeps it too, a cast does
+    not). The rewrite removes the scores; such a read is then written on `$q` and `$k` (synthesis)."""
+    if use.kind != "op" or not use.inputs or use.pos is None:
+        return None
+    if use.op == "getattr" and not use.via and use.inputs[1:] == (Const("dtype"),) and isinstance(use.inputs[0], Var) \
+            and _of_scores(use.inputs[0], dtyped, ix, keeps=_KEEPS_DTYPE):
+        return use, ("dtype",)
+    if not _of_scores(use.inputs[0], scores, ix):
         return None
     if use.op == ".size" and len(use.inputs) == 2 and not use.kwargs:
         axes = _axes(use.inputs[1])
@@ -471,7 +498,7 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding | N
                 where = f"line {use.pos.line}" if use.pos else "a merge"
                 what = "returned" if use.kind == "return" else "stored" if use.kind == "store" else f"used by `{use.op}`"
                 if not extra:
-                    restated = (_restatement(use, scores, ix) or _helper_argument(use, match, ix)) \
+                    restated = (_restatement(use, scores, ix, _product_dtyped(match)) or _helper_argument(use, match, ix)) \
                         if not rule.detect_only else None
                     if restated is not None:
                         # `torch.eye(dots.shape[-1], device=dots.device)` where the kernel runs: the

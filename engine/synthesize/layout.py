@@ -332,8 +332,8 @@ def restated(match: Match, axes: tuple[str, ...], render: Callable[[Operand], st
         text = render(operand)
         if text is None or not re.fullmatch(r"[A-Za-z_][\w.]*", text):
             return None
-        if axis == "device":
-            texts.append(f"{text}.device")
+        if axis in ("device", "dtype"):
+            texts.append(f"{text}.{axis}")
         else:
             texts.append(f"{text}.size({position})" if method == "size" else f"{text}.shape[{position}]")
     return ", ".join(texts)

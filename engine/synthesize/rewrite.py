@@ -707,13 +707,20 @@ class Synthesizer:
         exprs.setdefault(located.node, {})[call] = call.with_changes(args=args)
 
     def _helper_calls(self, finding: Finding) -> list[cst.CSTNode]:
-        """The statements that only assign the result of a helper call restated on the query."""
+        """The statements that only assign the result of a helper call restated on the query, or a
+        value computed from the scores' dtype alone (`mask_value = -torch.finfo(dots.dtype).max`):
+        where only the original's fills read it, the kernel's branch need not compute it."""
         out = []
         for node, axes in finding.restated:
             if axes == ("argument",):
                 located = self.statement_at(node.via[0])
                 small = located.node.body[0] if len(located.node.body) == 1 else None  # type: ignore[attr-defined]
                 if isinstance(small, cst.Assign) and small.value.deep_equals(self.expression_at(node.via[0])):
+                    out.append(located.node)
+            elif axes == ("dtype",) and not node.via:
+                located = self.statement_at(node.pos)  # type: ignore[arg-type]
+                small = located.node.body[0] if len(located.node.body) == 1 else None  # type: ignore[attr-defined]
+                if isinstance(small, cst.Assign) and _dtype_limits_only(small.value):
                     out.append(located.node)
         return out
 
@@ -1426,6 +1433,31 @@ def _from_first_comment(lines) -> list:
     """A statement's leading lines from its first comment on (the blank lines above it go above the
     `if` that now holds it)."""
     return list(itertools.dropwhile(lambda ln: ln.comment is None, lines))
+
+
+class _Calls(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.names: list[str | None] = []
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self.names.append(_dotted(node.func))
+
+
+def _dotted(expr: cst.BaseExpression) -> str | None:
+    if isinstance(expr, cst.Name):
+        return expr.value
+    if isinstance(expr, cst.Attribute):
+        base = _dotted(expr.value)
+        return f"{base}.{expr.attr.value}" if base else None
+    return None
+
+
+def _dtype_limits_only(value: cst.BaseExpression) -> bool:
+    """`value` computes nothing but a dtype's limits (`-torch.finfo(x.dtype).max`): no call other
+    than `torch.finfo`/`torch.iinfo`, so leaving it out changes nothing but that name."""
+    calls = _Calls()
+    value.visit(calls)
+    return bool(calls.names) and all(name in ("torch.finfo", "torch.iinfo") for name in calls.names)
 
 
 def _without_unread(statements: list, companions: list, after: list) -> list:

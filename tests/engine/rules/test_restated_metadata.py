@@ -154,3 +154,50 @@ def test_an_optional_mask_moved_to_the_scores_device_is_passed_not_guarded():
     mask[0, ..., -1] = torch.finfo(torch.float64).min
     for m in (None, mask):
         torch.testing.assert_close(b(q, k, v, m), a(q, k, v, m), rtol=1e-10, atol=1e-12)
+
+
+# DALL-E's and tortoise's attention: an optional padding fill in place, then a causal mask built from
+# the filled scores' shape; the fill keeps the scores' shape and device, so the read is the query's
+# and the key's lengths as before it
+FILLED_THEN_READ = '''
+import torch
+from torch import nn
+
+
+class Filled(nn.Module):
+    def forward(self, q, k, v, mask=None):
+        dots = torch.einsum("b h i d, b h j d -> b h i j", q * 0.5, k)
+        mask_value = -torch.finfo(dots.dtype).max
+        if mask is not None:
+            dots.masked_fill_(~mask[:, None, None, :], mask_value)
+        i, j = dots.shape[-2:]
+        causal = torch.ones(i, j, device=dots.device).triu_(j - i + 1).bool()
+        dots.masked_fill_(causal, mask_value)
+        attn = torch.softmax(dots, dim=-1)
+        return torch.einsum("b h i j, b h j d -> b h i d", attn, v)
+'''
+
+
+def test_a_read_of_the_scores_after_a_fill_is_restated_like_one_before_it():
+    findings, new = _scan(FILLED_THEN_READ)
+    assert [f.status for f in findings] in (["rewritten"], ["guarded"]), [(f.status, f.reason) for f in findings]
+    # the kernel's branch reads the query's and key's lengths and the query's device, and does not
+    # compute the fill value only the original's fills read
+    assert "i, j = q.shape[-2], k.shape[-2]" in new and "device=q.device" in new
+    assert "finfo(q.dtype)" not in new
+    a, b = _load(FILLED_THEN_READ, "Filled")(), _load(new, "Filled")()
+    torch.manual_seed(0)
+    for lq, lk in ((4, 4), (3, 5)):
+        q = torch.randn(2, 2, lq, 8, dtype=torch.float64, requires_grad=True)
+        k = torch.randn(2, 2, lk, 8, dtype=torch.float64)
+        v = torch.randn(2, 2, lk, 8, dtype=torch.float64)
+        keep = torch.rand(2, lk) > 0.3
+        keep[:, 0] = True
+        for mask in (None, keep):
+            q2 = q.detach().clone().requires_grad_()
+            expected, got = a(q, k, v, mask), b(q2, k, v, mask)
+            torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-12)
+            expected.sum().backward()
+            got.sum().backward()
+            torch.testing.assert_close(q2.grad, q.grad, rtol=1e-9, atol=1e-12)
+            q.grad = None
