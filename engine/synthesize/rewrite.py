@@ -935,7 +935,8 @@ class Synthesizer:
             template, layout.lookup(match, lambda name: self.lookup(name, match, expr),
                                     lambda operand: self.render(operand, match))),
             lambda operand: self.render(operand, match))
-        return layout.upcast_result(match, code, lambda: self.lookup("v", match, expr))
+        code = layout.upcast_result(match, code, lambda: self.lookup("v", match, expr))
+        return layout.plus_term(match, code, lambda name: self.lookup(name, match, expr))
 
     def _guard(self, finding: Finding, stmt: cst.CSTNode) -> cst.BaseExpression | None:
         """The guarded finding's condition for keeping the original at `stmt`, or None where the

@@ -130,3 +130,35 @@ def test_of_two_branch_readings_the_one_the_defaults_take_is_rewritten(tmp_path)
         b.load_state_dict(a.state_dict(), strict=True)
         q, k, v = (torch.randn(2, 2, 5, 8, dtype=torch.float64) for _ in range(3))
         torch.testing.assert_close(b(q, k, v), a(q, k, v), rtol=1e-10, atol=1e-12)
+
+
+# stanza's Music-Transformer relative attention, reduced: the sum scaled, then the causal fill
+CAUSAL = REL_VEC.replace("        attn = nn.functional.softmax", "        attn = attn.masked_fill({fill})\n"
+                         "        attn = nn.functional.softmax")
+
+
+@pytest.mark.parametrize("scaled", ["(attn + rel) / (q.size(-1) ** 0.5)", "(attn + rel) * self.scale",
+                                    "-self.scale * (attn + rel)"])
+@pytest.mark.parametrize("fill", ["torch.ones(n, n).tril() == 0, float('-inf')",
+                                  "torch.ones(n, n).tril() == 0, -1e9"])
+def test_a_mask_scaled_before_the_fill_passes_scaled(scaled, fill):
+    # the fill comes after both the mask and the factor: any factor, any fill
+    source = CAUSAL.replace("{scaled}", scaled).replace("{fill}", fill)
+    found, new = _scan(source)
+    assert found == [("rewritten", None)], found
+    assert "rel * " in new and "k.transpose(-2, -1)" in new
+    _same(source, new)
+
+
+def test_a_mask_added_on_some_paths_only_before_the_scale_and_fill_runs_the_kernel_where_it_is_added():
+    source = CAUSAL.replace("attn = {scaled}", "if n > 1:\n            attn = attn + rel\n"
+                            "        attn = attn * self.scale").replace("{fill}", "torch.ones(n, n).tril() == 0, -1e9")
+    found, new = _scan(source)
+    assert found == [("guarded", None)] and "if not n > 1:" in new and "rel * self.scale" in new
+    for n in (5, 1):
+        torch.manual_seed(0)
+        a = _namespace(source)["RelVec"](seq_len=n).double()
+        b = _namespace(new)["RelVec"](seq_len=n).double()
+        b.load_state_dict(a.state_dict(), strict=True)
+        x = torch.randn(3, n, 8, dtype=torch.float64)
+        torch.testing.assert_close(b(x), a(x), rtol=1e-10, atol=1e-12)
