@@ -864,8 +864,13 @@ def _scaled_after_fill(match: Match, ix: MethodIndex) -> str | None:
     so where the mask is added on every path with no fill between, it passes to the kernel times the
     factor (a number, as every `scale` step's: engine.synthesize.layout). A factor between the
     additive mask and the fill (`$s2s`, Music-Transformer's `((q k^T + Srel) / sqrt(d)).masked_fill(m,
-    -inf)`) scales that mask the same way, whatever its sign or the fill: the fill comes after both."""
-    if "s2s" in match.nodes and ("mask" in match.bindings or "mask2" in match.bindings):
+    -inf)`) scales that mask the same way, whatever its sign or the fill: the fill comes after both.
+    That step is a scale after a mask only where a mask is added before it: with none, it is the
+    product's own scale (`$s1`), a reading that keeps the product's dtype for what reads it (a fill
+    value a helper computes from the scores' dtype, `max_neg_value(dots)`)."""
+    if "s2s" in match.nodes:
+        if "mask" not in match.bindings and "mask2" not in match.bindings:
+            return "a scale read as one after an additive mask, where no mask is added before it"
         if "s2c" in match.nodes or match.optional & {"mask", "mask2"} or match.bindings.get("factorm") is None:
             return "the scores are scaled after an additive mask, which the kernel adds after its scale"
     if "s3s" not in match.nodes:
