@@ -893,19 +893,21 @@ def _scaled_after_fill(match: Match, ix: MethodIndex) -> str | None:
 _PLAIN_NAME = re.compile(r"[A-Za-z_][\w.]*")
 
 
-def _reads_any(operand: Operand | None, names: set[str], ix: MethodIndex, depth: int = 0) -> bool:
-    """`operand` is, or is computed from, one of the SSA values `names` (True where the chain is too
-    deep to follow: unproven)."""
-    if not isinstance(operand, Var):
-        return False
-    if operand.name in names:
-        return True
-    node = ix.defs.get(operand.name)
-    if node is None:
-        return False
-    if depth > 32:
-        return True
-    return any(_reads_any(o, names, ix, depth + 1) for o in (*node.inputs, *(v for _, v in node.kwargs)))
+def _reads_any(operand: Operand | None, names: set[str], ix: MethodIndex) -> bool:
+    """`operand` is, or is computed from, one of the SSA values `names` (True where the values it is
+    computed from are too many to follow: unproven). Each value is visited once."""
+    todo, seen = [operand], set()
+    while todo:
+        value = todo.pop()
+        if not isinstance(value, Var) or value.name in seen:
+            continue
+        if value.name in names or len(seen) > 256:
+            return True
+        seen.add(value.name)
+        node = ix.defs.get(value.name)
+        if node is not None:
+            todo.extend((*node.inputs, *(v for _, v in node.kwargs)))
+    return False
 
 
 def _probabilities_plus_term(match: Match, ix: MethodIndex) -> str | None:

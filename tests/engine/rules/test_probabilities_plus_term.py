@@ -90,6 +90,7 @@ def test_a_bias_over_the_key_axis_needs_no_expand_and_masked_rows_stay_nan():
 
 @pytest.mark.parametrize(("term", "reason"), [
     ("attn.mean(-1, keepdim=True)", "computed from the scores or the probabilities"),  # B depends on p
+    ("(attn.detach() * 2 + bias).sigmoid()", "computed from the scores or the probabilities"),  # through steps
     ("0.1", "not provably a tensor"),
 ])
 def test_a_term_that_does_not_distribute_stays(term, reason):
