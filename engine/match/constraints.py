@@ -17,6 +17,7 @@ from engine.analysis.numbers import (
     function_attribute_value,
     tree_of,
 )
+from engine.dsl import canonical as C
 from engine.dsl.ir import Const, Node, Operand, Pos, Seq, Sym, Var
 from engine.extract import package
 from engine.match.fused import _exclusive
@@ -861,7 +862,17 @@ def _scaled_after_fill(match: Match, ix: MethodIndex) -> str | None:
     fill times a small factor would no longer drop the keys, a negative factor would raise them). An
     additive mask before it is scaled too, which the kernel's is not: `(s + m) * c == s * c + m * c`,
     so where the mask is added on every path with no fill between, it passes to the kernel times the
-    factor (a number, as every `scale` step's: engine.synthesize.layout)."""
+    factor (a number, as every `scale` step's: engine.synthesize.layout). A factor between the
+    additive mask and the fill (`$s2s`, Music-Transformer's `((q k^T + Srel) / sqrt(d)).masked_fill(m,
+    -inf)`) scales that mask the same way, whatever its sign or the fill: the fill comes after both.
+    That step is a scale after a mask only where a mask is added before it: with none, it is the
+    product's own scale (`$s1`), a reading that keeps the product's dtype for what reads it (a fill
+    value a helper computes from the scores' dtype, `max_neg_value(dots)`)."""
+    if "s2s" in match.nodes:
+        if "mask" not in match.bindings and "mask2" not in match.bindings:
+            return "a scale read as one after an additive mask, where no mask is added before it"
+        if "s2c" in match.nodes or match.optional & {"mask", "mask2"} or match.bindings.get("factorm") is None:
+            return "the scores are scaled after an additive mask, which the kernel adds after its scale"
     if "s3s" not in match.nodes:
         return None
     factor = match.bindings.get("factor3")
@@ -879,7 +890,58 @@ def _scaled_after_fill(match: Match, ix: MethodIndex) -> str | None:
     return None
 
 
+_PLAIN_NAME = re.compile(r"[A-Za-z_][\w.]*")
+
+
+def _reads_any(operand: Operand | None, names: set[str], ix: MethodIndex) -> bool:
+    """`operand` is, or is computed from, one of the SSA values `names` (True where the values it is
+    computed from are too many to follow: unproven). Each value is visited once."""
+    todo, seen = [operand], set()
+    while todo:
+        value = todo.pop()
+        if not isinstance(value, Var) or value.name in seen:
+            continue
+        if value.name in names or len(seen) > 256:
+            return True
+        seen.add(value.name)
+        node = ix.defs.get(value.name)
+        if node is not None:
+            todo.extend((*node.inputs, *(v for _, v in node.kwargs)))
+    return False
+
+
+def _probabilities_plus_term(match: Match, ix: MethodIndex) -> str | None:
+    """A term added to the probabilities before the product with the value (`$pb`, tsai's relative
+    bias after the softmax, `(softmax(q k * c) + B) @ v`) distributes over the product: `(p + B) @ v ==
+    p @ v + B @ v`, so the kernel's result plus `B @ v` is the original's, forward and backward, where
+    `B` is computed from nothing the kernel replaces (neither the scores nor the probabilities: the
+    statements computing them go) and is a tensor (a number has no `@`), added on every path, and the
+    value is a plain name (it is read twice) that the product takes as written (`p @ v`, no einsum
+    lowering, permute or upcast)."""
+    if "pb" not in match.nodes:
+        return None
+    term = match.bindings.get("pbias")
+    if match.optional & {"pbias"} or term is None:
+        return "a term is added to the probabilities on some paths only"
+    if any(step in match.nodes for step in ("s0p", "p3", "pt")):
+        return "a term is added to the probabilities of permuted scores"
+    replaced = {out for key, node in match.nodes.items() if key != "pb" for out in node.outputs}
+    if _reads_any(term, replaced, ix):
+        return "the term added to the probabilities is computed from the scores or the probabilities the " \
+            "kernel replaces"
+    if ix.shapes.shape(term) is None:
+        return "the term added to the probabilities is not provably a tensor"
+    if not _PLAIN_NAME.fullmatch(render(term)) or _TEMP.search(render(term)):
+        return "the term added to the probabilities is no plain name (it is read twice)"
+    value, product = match.bindings.get("v"), match.nodes["out"]
+    if not isinstance(value, Var) or not _PLAIN_NAME.fullmatch(render(value)) or _TEMP.search(render(value)) \
+            or product.target in C.EINSUM_FUNCTIONS:
+        return "the value the probabilities and the added term multiply is no plain name"
+    return None
+
+
 CHECKS["scores_permuted_back"] = _scores_permuted_back
+CHECKS["probabilities_plus_term"] = _probabilities_plus_term
 CHECKS["scaled_after_fill"] = _scaled_after_fill
 
 

@@ -840,7 +840,7 @@ def _method_of(value: Var, subject: Var, ix: MethodIndex, depth: int = 0) -> boo
 
 # optional statements that only scale the scores or drop out the probabilities, and the binding
 # holding each one's factor or probability
-_FLAGGED_STEPS = {"s1": ("factor", "tdiv_number"), "s1b": ("factor2",), "s3s": ("factor3",), "p2": ("dp",)}
+_FLAGGED_STEPS = {"s1": ("factor", "tdiv_number"), "s1b": ("factor2",), "s2s": ("factorm",), "s3s": ("factor3",), "p2": ("dp",)}
 
 
 def _conditional_factor(match: Match, cid: int, taken: bool, siblings: list[Match], ix: MethodIndex) -> bool:

@@ -215,9 +215,10 @@ def lookup(match: Match, base: Callable[[str], str | None],
             if not terms:
                 return None
             text = " + ".join(terms)
-            factor = base("factor3") if "s3s" in match.nodes else None
-            if factor is not None:  # `(s + m) * c`: the kernel scales before it adds (constraint `scaled_after_fill`)
-                text = f"{_atom(text)} * {_atom(factor)}"
+            for step, name in (("s2s", "factorm"), ("s3s", "factor3")):
+                factor = base(name) if step in match.nodes else None
+                if factor is not None:  # `(s + m) * c`: the kernel scales before it adds (constraint `scaled_after_fill`)
+                    text = f"{_atom(text)} * {_atom(factor)}"
             through = match.optional_through.get("mask") or match.optional_through.get("mask2")
             if "s2c" in match.nodes and len(terms) == 1:
                 # the scores clamped at their dtype's lowest value after the mask (OPT): the kernel
@@ -233,7 +234,7 @@ def lookup(match: Match, base: Callable[[str], str | None],
                 return f"{text} if {text} is not None else 0.0"
             return text
         if name == "factor":  # the score factors in series, each as the branch it runs on says
-            texts = {n: base(n) for n in ("factor", "tdiv_number", "factor2", "factor3")}
+            texts = {n: base(n) for n in ("factor", "tdiv_number", "factor2", "factorm", "factor3")}
             if texts["tdiv_number"] is not None:  # `s / torch.full([], n)`: the factor 1 / n
                 texts["tdiv_number"] = f"1 / {_atom(texts['tdiv_number'])}"
             terms = [_conditional(match, n, t) for n, t in texts.items() if t is not None]
@@ -383,6 +384,24 @@ def upcast_result(match: Match, code: str, value_of: Callable[[], str | None]) -
     if value is None:
         return code
     return f"{_atom(code)}.to({_atom(value)}.dtype)"
+
+
+def plus_term(match: Match, code: str, base: Callable[[str], str | None]) -> str:
+    """The kernel's result plus the term the code added to the probabilities times the value,
+    `(p + B) @ v == p @ v + B @ v` (constraint `probabilities_plus_term`; `base`: the bindings as the
+    code wrote them). `B @ v` needs B's last axis to be the key axis; where it may be a broadcast
+    size 1, B is expanded to the value's length there first, which contracts the same sum."""
+    if "pb" not in match.nodes:
+        return code
+    term, value = base("pbias"), base("v")
+    if term is None or value is None:
+        raise TemplateError("the term added to the probabilities, or the value, has no text")
+    facts, scores = ShapeFacts(match.method, match.cls), match.nodes["s0"]
+    shape = facts.shape(match.bindings["pbias"])
+    keys = facts.shape(Var(scores.outputs[0])) if scores.outputs else None
+    if not (shape and keys and shape.axes and keys.axes and shape.axes[-1].id == keys.axes[-1].id):
+        term = f"{_atom(term)}.expand(*{_atom(term)}.shape[:-1], {_atom(value)}.shape[-2])"
+    return f"{code} + {_atom(term)} @ {_atom(value)}"
 
 
 def _product_rank(match: Match, facts: ShapeFacts, node: Node | None) -> int | None:

@@ -82,7 +82,8 @@ def _key(node: cst.CSTNode) -> str:
 class _Rewriter(cst.CSTTransformer):
     """Replaces expressions and statements, removes statements and splices runs of statements
     (the edits of several findings at once), and folds every `if` whose test `facts` decide.
-    A removed statement's comments go with it: they describe code that is gone."""
+    A removed statement's comments go with it: they describe code that is gone; those that trail
+    the kept statement above it stay (`_trailing_comments`)."""
 
     def __init__(self, replace: dict[cst.CSTNode, cst.CSTNode], remove: set[cst.CSTNode],
                  splices: dict[cst.CSTNode, tuple[cst.CSTNode, list[cst.CSTNode]]] | None = None,
@@ -173,7 +174,20 @@ class _Rewriter(cst.CSTTransformer):
         return cst.FlattenSentinel(statements)
 
     def _filter(self, body) -> list:
-        kept = [stmt for stmt in body if id(stmt) not in self.dropped]
+        kept = []
+        trailing: list = []  # comment lines that follow a kept statement, above removed ones
+        for i, stmt in enumerate(body):
+            if id(stmt) in self.dropped:
+                if i and id(body[i - 1]) not in self.dropped:
+                    trailing = _trailing_comments(getattr(stmt, "leading_lines", ()))
+                continue
+            if trailing and hasattr(stmt, "leading_lines"):
+                own = list(stmt.leading_lines)
+                if own and own[0].comment is None:  # one blank line between, not two
+                    trailing = list(itertools.dropwhile(lambda ln: ln.comment is None, trailing[::-1]))[::-1]
+                stmt = stmt.with_changes(leading_lines=[*trailing, *own])
+            trailing = []
+            kept.append(stmt)
         if kept and len(kept) < len(body) and id(kept[0]) != id(body[0]) and hasattr(kept[0], "leading_lines"):
             # the block now starts with what was in its middle: no blank line opens a block
             lines = list(kept[0].leading_lines)
@@ -942,7 +956,8 @@ class Synthesizer:
             template, layout.lookup(match, lambda name: self.lookup(name, match, expr),
                                     lambda operand: self.render(operand, match))),
             lambda operand: self.render(operand, match))
-        return layout.upcast_result(match, code, lambda: self.lookup("v", match, expr))
+        code = layout.upcast_result(match, code, lambda: self.lookup("v", match, expr))
+        return layout.plus_term(match, code, lambda name: self.lookup(name, match, expr))
 
     def _guard(self, finding: Finding, stmt: cst.CSTNode) -> cst.BaseExpression | None:
         """The guarded finding's condition for keeping the original at `stmt`, or None where the
@@ -1427,6 +1442,17 @@ def _at_body(node: Node, root: Node) -> Pos:
     """Where `node` is written in the body that holds `root`: its own position, or the call there of
     the helper it was inlined from (`mask_value = max_neg_value(s)`)."""
     return node.via[len(root.via)] if len(node.via) > len(root.via) else node.pos  # type: ignore[return-value]
+
+
+def _trailing_comments(lines) -> list:
+    """The leading lines of a removed statement that belong to the statement above it: comment
+    lines right below that statement (no blank line between) and set off from the removed one by a
+    blank line (stanza's `Srel = self.skew(QEr)` then `# Srel.shape = ...`), with the blank lines
+    after them. They stay where the removed statement's own comments go with it."""
+    lines = list(lines)
+    comments = list(itertools.takewhile(lambda ln: ln.comment is not None, lines))
+    blanks = list(itertools.takewhile(lambda ln: ln.comment is None, lines[len(comments):]))
+    return [*comments, *blanks] if comments and blanks else []
 
 
 def _from_first_comment(lines) -> list:

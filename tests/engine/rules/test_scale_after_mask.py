@@ -130,3 +130,80 @@ def test_of_two_branch_readings_the_one_the_defaults_take_is_rewritten(tmp_path)
         b.load_state_dict(a.state_dict(), strict=True)
         q, k, v = (torch.randn(2, 2, 5, 8, dtype=torch.float64) for _ in range(3))
         torch.testing.assert_close(b(q, k, v), a(q, k, v), rtol=1e-10, atol=1e-12)
+
+
+# stanza's Music-Transformer relative attention, reduced: the sum scaled, then the causal fill
+CAUSAL = REL_VEC.replace("        attn = nn.functional.softmax", "        attn = attn.masked_fill({fill})\n"
+                         "        attn = nn.functional.softmax")
+
+
+@pytest.mark.parametrize("scaled", ["(attn + rel) / (q.size(-1) ** 0.5)", "(attn + rel) * self.scale",
+                                    "-self.scale * (attn + rel)"])
+@pytest.mark.parametrize("fill", ["torch.ones(n, n).tril() == 0, float('-inf')",
+                                  "torch.ones(n, n).tril() == 0, -1e9"])
+def test_a_mask_scaled_before_the_fill_passes_scaled(scaled, fill):
+    # the fill comes after both the mask and the factor: any factor, any fill
+    source = CAUSAL.replace("{scaled}", scaled).replace("{fill}", fill)
+    found, new = _scan(source)
+    assert found == [("rewritten", None)], found
+    assert "rel * " in new and "k.transpose(-2, -1)" in new
+    _same(source, new)
+
+
+def test_a_mask_added_on_some_paths_only_before_the_scale_and_fill_runs_the_kernel_where_it_is_added():
+    source = CAUSAL.replace("attn = {scaled}", "if n > 1:\n            attn = attn + rel\n"
+                            "        attn = attn * self.scale").replace("{fill}", "torch.ones(n, n).tril() == 0, -1e9")
+    found, new = _scan(source)
+    assert found == [("guarded", None)] and "if not n > 1:" in new and "rel * self.scale" in new
+    for n in (5, 1):
+        torch.manual_seed(0)
+        a = _namespace(source)["RelVec"](seq_len=n).double()
+        b = _namespace(new)["RelVec"](seq_len=n).double()
+        b.load_state_dict(a.state_dict(), strict=True)
+        x = torch.randn(3, n, 8, dtype=torch.float64)
+        torch.testing.assert_close(b(x), a(x), rtol=1e-10, atol=1e-12)
+
+
+# the look-alike of the step above: the same scale with no mask added before it (dalle-pytorch's
+# Attention, reduced). It is the product's own scale: read as one after a mask, the fill value the
+# helper computes from the scores' dtype would escape the match (the product's dtype is the query's;
+# a sum with a mask may have another)
+PLAIN = """
+import torch
+import torch.nn as nn
+
+
+def max_neg_value(t):
+    return -torch.finfo(t.dtype).max
+
+
+class Plain(nn.Module):
+    def forward(self, q, k, v, mask):
+        dots = torch.einsum('b h i d, b h j d -> b h i j', q, k) * 0.125
+        mask_value = max_neg_value(dots)
+        dots.masked_fill_(~mask[:, None, None, :], mask_value)
+        attn = dots.softmax(dim=-1)
+        return torch.einsum('b h i j, b h j d -> b h i d', attn, v)
+"""
+
+
+@pytest.mark.parametrize("train", [False, True], ids=["eval", "train"])
+def test_a_scale_with_no_mask_before_it_is_the_products_own(train):
+    from tests.engine.rules.harness import scan
+
+    findings, new = scan(PLAIN)
+    assert [f.status for f in findings] == ["rewritten"], [(f.status, f.reason) for f in findings]
+    assert "s2s" not in findings[0].match.nodes and "factorm" not in findings[0].match.bindings
+    assert "max_neg_value(dots)" not in new and "scale=0.125" in new, new  # the call only fed the fill
+    results = []
+    for text in (PLAIN, new):
+        gen = torch.Generator().manual_seed(0)
+        q, k, v = (torch.randn(3, 2, n, 8, generator=gen, dtype=torch.float64, requires_grad=True) for n in (5, 6, 6))
+        mask = torch.ones(3, 6, dtype=torch.bool)
+        mask[0, -2:] = False
+        mask[1] = False  # every key of a sample masked: the original averages v there
+        module = _namespace(text)["Plain"]().train(train)
+        out = module(q, k, v, mask)
+        results.append((out.detach(), *torch.autograd.grad(out.square().sum(), (q, k, v))))
+    for got, want in zip(results[1], results[0], strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)

@@ -179,6 +179,31 @@ def test_the_blank_line_above_the_removed_statements_stays(gap):
     assert above == ("\n" if gap else "") + "        ", repr(above)
 
 
+# comments written below the statement they describe (stanza's relative attention)
+TRAILING = """import torch
+
+
+class Attention(torch.nn.Module):
+    def forward(self, x, q, k, v):
+        k = k.permute(0, 2, 1, 3)
+        # k.shape = (b, h, n, d)
+
+        s = q @ k.transpose(-2, -1) * 0.125
+        # s.shape = (b, h, n, n)
+        p = s.softmax(dim=-1)
+        return p @ v
+"""
+
+
+def test_a_comment_trailing_a_kept_statement_stays():
+    """The comment right below a kept statement, set off from the removed ones by a blank line,
+    describes the kept one: it stays, with its blank line; the removed statements' own go."""
+    _, new = scan_source(TRAILING, RULES, "case.py", "case")
+    assert "scaled_dot_product_attention" in new, new
+    assert "        k = k.permute(0, 2, 1, 3)\n        # k.shape = (b, h, n, d)\n\n        return " in new, new
+    assert "s.shape" not in new, new
+
+
 GUARDED_STATE = """import torch
 
 
