@@ -306,7 +306,9 @@ def _relaid(match: Match, base: Callable[[str], str | None]) -> Callable[[str], 
 def sequence_axis(match: Match, name: str) -> tuple[Operand, int] | None:
     """The operand behind the kernel's `$q` or `$k` as the code holds it, and which of its axes is
     the kernel operand's axis -2 (the query's or the key's length); None where a lowering made
-    that axis."""
+    that axis (or where a single query has none: the scores' axis before the key's is another)."""
+    if name == "q" and _one_row(match, "s0"):
+        return None
     operand = match.bindings.get(name)
     swap = name == "k" and _needs_key_swap(match)
     low = _lowered(match, name, lambda o: "")
