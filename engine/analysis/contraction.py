@@ -19,10 +19,12 @@ operand is a vector, its result has no row axis) that the matcher may see in the
 
 Every axis is read from the shape facts (engine/analysis/shapes.py), never from a constant alone:
 `p.unsqueeze(2)` adds the last axis only where `p` is proven 2-D, `sum(dim=1)` is over the axis
-before the last only where the product is proven 3-D. The contracted axis must be provably of size
-more than one on neither side (a broadcast size-1 axis would be summed as a sum of copies, not
-contracted); a new axis that is not the unsqueezed vector's last, a sum over any other axis, a
-multiply by two unsqueezed values (an outer product) are no contraction of this kind.
+before the last only where the product is proven 3-D. The contracted axis must not be provably of
+size 1 on either side (a broadcast size-1 axis is summed as copies, not contracted); a new axis that
+is not the unsqueezed vector's last, a sum over any other axis, a multiply by two unsqueezed values
+(an outer product) are no contraction of this kind. Known limit, as for an einsum lowered to a
+product: contracted axes of different sizes, one of them 1 where the code runs but not provably so,
+broadcast in the original and raise in the product.
 """
 
 from __future__ import annotations
