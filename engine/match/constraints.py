@@ -9,6 +9,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+from engine.analysis.contraction import ONE_ROW
 from engine.analysis.kwargs import Unknown, dict_keys
 from engine.analysis.numbers import (
     attribute_is_setting,
@@ -782,6 +783,36 @@ def _scores_permuted_back(match: Match, ix: MethodIndex) -> str | None:
             return f"the mask{named} of the permuted scores has no proven rank to move its axes by"
         match.relayout[name] = moved
     return None
+
+
+def _one_row_products(match: Match, ix: MethodIndex) -> str | None:
+    """A single query written without its query axis (engine/analysis/contraction.py: key-major
+    scores `(k @ u.unsqueeze(-1)).squeeze(-1)`, an output `(v * p.unsqueeze(-1)).sum(-2)`) is
+    attention with one query, `u.unsqueeze(-2)`, whose output is squeezed back: both products must
+    be read so (scores without a query axis and an output with one, or the reverse, are no such
+    pair), the scores neither permuted nor viewed, and each mask of the scores, which lack the
+    query axis, gets it back (`.unsqueeze(-2)`): a mask provably of at least one axis (a 0-d one
+    has no axis to put it before)."""
+    scores, output = match.nodes.get("s0"), match.nodes.get("out")
+    one = [node is not None and node.target == ONE_ROW for node in (scores, output)]
+    if not any(one):
+        return None
+    if not all(one):
+        return "one product has a single query (no query axis) and the other a query axis"
+    if {"s0p", "p3", "sv", "s2u"} & match.nodes.keys():
+        return "the scores of a single query are permuted or viewed"
+    for name in ("mask", "mask2", "fmask", "keep"):
+        mask = match.bindings.get(name)
+        if mask is None:
+            continue
+        if _min_rank(mask, ix) < 1:
+            named = "" if isinstance(mask, Var) and _TEMP.match(mask.name) else f" `{render(mask)}`"
+            return f"the mask{named} of a single query's scores is not proven to have an axis to add the query's before"
+        match.relayout[name] = ".unsqueeze(-2)"
+    return None
+
+
+CHECKS["one_row_products"] = _one_row_products
 
 
 def _positive(operand, ix: MethodIndex, depth: int = 0) -> bool:

@@ -30,6 +30,7 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from engine.analysis.contraction import ONE_ROW, squeezed_product, summed_product
 from engine.analysis.shapes import CASTS, ShapeFacts
 from engine.dsl import canonical as C
 from engine.dsl.ir import (
@@ -326,6 +327,7 @@ class MethodIndex:
         self._views: dict[str, list[Node]] | None = None
         self.stands_for: dict[int, tuple[Node, ...]] = {}  # a view -> the nodes it stands for
         self._keepdim: dict[int, Node | None] = {}
+        self._products: dict[int, Node | None] = {}
 
     def __getattr__(self, name: str):
         # defs, by_op, by_target, cond_text: built together on first use
@@ -468,6 +470,9 @@ class MethodIndex:
             self._views = {}
             for node in self.method.nodes:
                 self._regroup(node)
+                product = self.product_view(node) if node.op in ("sum", ".squeeze") else None
+                if product is not None:
+                    self._views.setdefault("matmul", []).append(product)
         return self._views
 
     def _regroup(self, node: Node) -> None:
@@ -523,6 +528,32 @@ class MethodIndex:
                         node.pos, node.via)
             self.stands_for[id(view)] = (reduced, node)
         self._keepdim[id(node)] = view
+        return view
+
+    def product_view(self, node: Node) -> Node | None:
+        """A product written as a multiply and a sum, or as a product with a column squeezed back
+        (engine.analysis.contraction), seen as the `matmul` of a vector and a matrix (target
+        `ONE_ROW`: its result has no row axis), with the same output and source position; None for
+        any other node. The view stands for the nodes it replaces; a key-major product's matrix is
+        read through a transpose view (`<output>~kt`)."""
+        cached = self._products.get(id(node), False)
+        if cached is not False:
+            return cached
+        view = None
+        found = summed_product(node, self.shapes, self.defs, self.uses) if node.op == "sum" else \
+            squeezed_product(node, self.shapes, self.defs, self.uses) if node.op == ".squeeze" else None
+        if found is not None:
+            matrix = found.matrix
+            if found.transposed:
+                name = f"{node.outputs[0]}~kt"
+                product = found.stands_for[1]
+                self.defs[name] = Node("op", "transpose", (matrix,), (("dim0", Const(-2)), ("dim1", Const(-1))),
+                                       (name,), None, node.guard, product.pos, node.via)
+                matrix = Var(name)
+            view = Node("op", "matmul", (found.vector, matrix), (), node.outputs, ONE_ROW, node.guard, node.pos,
+                        node.via)
+            self.stands_for[id(view)] = found.stands_for
+        self._products[id(node)] = view
         return view
 
     def candidates(self, alts: tuple[OpAlt, ...]) -> list[Node]:
@@ -854,6 +885,14 @@ class _Matcher:
                 s.nodes[f"{VIEW_KEY}{real.outputs[0]}"] = real
                 s.used.add(id(real))
             found.append((kept, s))
+        product = self.ix.product_view(node) if node.op == ".squeeze" else None
+        if product is not None and not {id(n) for n in self.ix.stands_for[id(product)]} & state.used:
+            # `(k @ u.unsqueeze(-1)).squeeze(-1)` is `(u.unsqueeze(-2) @ k.transpose(-2, -1)).squeeze(-2)`
+            s = state.copy()
+            for real in self.ix.stands_for[id(product)]:
+                s.nodes[f"{VIEW_KEY}{real.outputs[0]}"] = real
+                s.used.add(id(real))
+            found.append((product, s))
         if node.kind == "phi":
             out: list = found
             cid_operand = node.kwarg("if")

@@ -47,6 +47,7 @@ import ast
 import re
 from collections.abc import Callable
 
+from engine.analysis.contraction import ONE_ROW
 from engine.analysis.shapes import ShapeFacts
 from engine.dsl import canonical as C
 from engine.dsl.ir import Const, Node, Operand, Seq, Var
@@ -272,6 +273,8 @@ def lookup(match: Match, base: Callable[[str], str | None],
             # is cast up for it and the result back (`upcast_result`)
             q = base("q")
             return f"{_atom(text)}.to({_atom(q)}.dtype)" if q is not None else None
+        if name == "q" and _one_row(match, "s0"):
+            text = _atom(text) + ".unsqueeze(-2)"  # a single query gets its query axis (constraint `one_row_products`)
         if name == "q" and "temp" in match.bindings:
             temp = base("temp")
             return f"({text} * {temp})" if temp is not None else None
@@ -281,6 +284,12 @@ def lookup(match: Match, base: Callable[[str], str | None],
         return text
 
     return adapted
+
+
+def _one_row(match: Match, key: str) -> bool:
+    """The product bound as `key` has a vector on its left and no row axis (engine/analysis/contraction.py)."""
+    node = match.nodes.get(key)
+    return node is not None and node.target == ONE_ROW
 
 
 def _relaid(match: Match, base: Callable[[str], str | None]) -> Callable[[str], str | None]:
@@ -298,7 +307,9 @@ def _relaid(match: Match, base: Callable[[str], str | None]) -> Callable[[str], 
 def sequence_axis(match: Match, name: str) -> tuple[Operand, int] | None:
     """The operand behind the kernel's `$q` or `$k` as the code holds it, and which of its axes is
     the kernel operand's axis -2 (the query's or the key's length); None where a lowering made
-    that axis."""
+    that axis (or where a single query has none: the scores' axis before the key's is another)."""
+    if name == "q" and _one_row(match, "s0"):
+        return None
     operand = match.bindings.get(name)
     swap = name == "k" and _needs_key_swap(match)
     low = _lowered(match, name, lambda o: "")
@@ -494,7 +505,9 @@ def _four_d(match: Match, code: str) -> str:
     """The kernel call in `code` given 4-D operands where its products are proven 3-D or flattenable
     5-D, and its result viewed back (see the module's docstring); else `code` as it is."""
     rank, facts = _kernel_rank(match)
-    if rank not in (3, 5) or not match.rule.kernel:
+    if rank not in (3, 5) or not match.rule.kernel or _one_row(match, "out"):
+        # (a single query's products lack the query axis: their ranks are not the kernel's, and
+        # its one-row scores are no matrix the fused kernels would save)
         return code
     call = _kernel_call(code, match.rule.kernel)
     if call is None or call.end_lineno is None or call.end_col_offset is None:
@@ -563,6 +576,8 @@ def result(match: Match, code: str, render: Callable[[Operand], str] | None = No
     code = _four_d(match, code)
     if "pt" in match.nodes:
         code = f"({code}){_SWAP}"
+    if _one_row(match, "out"):
+        code = _atom(code) + ".squeeze(-2)"
     root = match.root
     if root.outputs:
         value = Var(root.outputs[0])
