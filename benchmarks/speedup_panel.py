@@ -13,7 +13,12 @@ one is never edited, see docs/harness.md); then the training step of the base mo
 original against rewritten, and peak memory measured (``engine.bench``). Printed: the rules applied
 (and near-misses, with their reason, where nothing could be rewritten), the verification result,
 the speedup (original step time / rewritten step time) and the peak-memory ratio (rewritten /
-original). Results are printed as each model finishes; ``--json`` keeps them all.
+original). Results are printed as each model finishes; ``--json`` keeps them all. Beside the
+verification result: how many of the rewritten model's attention calls the fused kernels alone take
+on the benchmark's device and dtype (``fused-eligible on cuda bfloat16: 56/56 calls``).
+``--jobs N`` verifies N models at once (child processes sharing the cores) before the benchmarks,
+which then run one at a time; ``--bench-budget S`` caps each model's timed rounds.
+``benchmarks/device_panel.sh`` runs it on a CUDA machine.
 
 The library's own SDPA (``attn_implementation="sdpa"``, added in transformers 4.36) needs a newer
 transformers than the one Adopter targets here, so it runs in a separate virtual environment as a
