@@ -569,6 +569,12 @@ class ShapeFacts:
             return Shape((), True)  # a Python number: broadcasts as a 0-d value
         if op == "transpose":
             return self._transpose(node)
+        if op in (".t", "torch.t") and len(node.inputs) == 1:
+            # `.t()` takes at most 2-D values: a 2-D one's axes swapped, a 0-d or 1-D one as it is
+            shape = self.shape(first)
+            if shape is None or not shape.exact or len(shape.axes) > 2:
+                return None
+            return Shape(tuple(reversed(shape.axes)), True)
         if op in _SAME_SHAPE:
             if op not in _PASSES_NONE and isinstance(first, Var) and first.name not in self.defs \
                     and first.name not in self.params:

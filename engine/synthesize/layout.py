@@ -32,7 +32,8 @@ Only the transposes the layout needs are emitted; a match in the kernel's layout
 The fused kernels take 4-D (batch, heads, query, feature) operands only; other ranks run the math
 path, which materializes the attention matrix and cannot pay. Where both products are proven 3-D
 (`torch.bmm` and `torch.baddbmm` take nothing else; the fairseq `(bsz * heads, n, d)` layout), the
-kernel gets each operand with a leading axis of 1 (`q.unsqueeze(0)`) and its result `.squeeze(0)`:
+kernel gets each operand with a leading axis of 1 (`q.unsqueeze(0)`) and its result `.squeeze(0)`
+(proven 2-D operands, `(query, feature)`, gain two: `q[None, None]`, the result `[0, 0]`):
 every operand gains the same leading 1, so broadcasting is unchanged (a 3-D output admits masks of
 rank 3 or less only). The kernels take 2-D or 4-D masks: one proven 3-D gains the axis too, one of
 unproven rank is passed as written. Where both products are proven 5-D and the query, key and value
@@ -505,7 +506,7 @@ def _four_d(match: Match, code: str) -> str:
     """The kernel call in `code` given 4-D operands where its products are proven 3-D or flattenable
     5-D, and its result viewed back (see the module's docstring); else `code` as it is."""
     rank, facts = _kernel_rank(match)
-    if rank not in (3, 5) or not match.rule.kernel or _one_row(match, "out"):
+    if rank not in (2, 3, 5) or not match.rule.kernel or _one_row(match, "out"):
         # (a single query's products lack the query axis: their ranks are not the kernel's, and
         # its one-row scores are no matrix the fused kernels would save)
         return code
@@ -525,6 +526,10 @@ def _four_d(match: Match, code: str) -> str:
         into, back = f".unflatten(0, ({_size_text(sizes[0])}, {_size_text(sizes[1])}))", ".flatten(0, 1)"
     elif rank == 3:
         into, back = ".unsqueeze(0)", ".squeeze(0)"
+    elif rank == 2:
+        # (query, feature) operands gain a batch and a head axis of 1; a mask broadcasts as before
+        # (the kernel takes 2-D masks, and a 2-D output admits no mask of higher rank)
+        into, back = "[None, None]", "[0, 0]"
     else:
         named = next((text for text in operands if re.fullmatch(r"[A-Za-z_][\w.]*", text)), None)
         if named is None or not _flattens(match, facts):

@@ -262,3 +262,38 @@ def test_a_view_that_does_not_merge_back_keeps_the_original_where_the_mask_is_ad
     # the views are no round trip: the match without them runs the kernel only where no mask is added
     assert [(f.status, f.guard_text) for f in findings] == [("guarded", "attention_mask is not None")]
     assert "unflatten" not in new
+
+
+# recbole's MCCLK-style attention: 2-D (items, feature) queries and keys, the key stored as is and
+# transposed with `.t()` (an additive mask of unproven rank would leave the scores' rank unproven)
+TWO_D = HEADER + '''
+
+class ItemAttention(nn.Module):
+    def __init__(self, dim=16):
+        super().__init__()
+        self.q = nn.Linear(dim, dim)
+        self.k = nn.Linear(dim, dim)
+
+    def forward(self, x, y):
+        q = self.q(x.view(-1, 16))
+        k = self.k(y.view(-1, 16))
+        scores = torch.matmul(q, k.t()) / math.sqrt(16)
+        attn = torch.softmax(scores, dim=-1)
+        return torch.matmul(attn, y.view(-1, 16))
+'''
+
+
+def test_2d_attention_gets_a_batch_and_a_head_axis():
+    new = _rewrite(TWO_D)
+    assert "q[None, None]" in new and "k[None, None]" in new and ")[0, 0]" in new
+    a, b = _modules(TWO_D, new, "ItemAttention")
+    x = torch.randn(5, 16, dtype=torch.float64, requires_grad=True)
+    y = torch.randn(7, 16, dtype=torch.float64, requires_grad=True)
+    expected, got = a(x, y), b(x, y)
+    assert got.shape == expected.shape == (5, 16)
+    torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-12)
+    ga = torch.autograd.grad(expected.sum(), (x, y))
+    gb = torch.autograd.grad(got.sum(), (x, y))
+    for left, right in zip(gb, ga, strict=True):
+        torch.testing.assert_close(left, right, rtol=1e-10, atol=1e-12)
+    _flash_only(b.float(), x.detach().float(), y.detach().float())
