@@ -1189,8 +1189,16 @@ def _mask_view_round_trip(match: Match, ix: MethodIndex) -> str | None:
     split, merge, inner = views
     if split is None or merge is None or ("s2" if inner == "mask" else "s2m") not in match.nodes:
         return "the scores are viewed to another shape and not back around a mask"
-    if inner == "mask2" and ("sv" in match.nodes or "s2" not in match.nodes):
-        return "the scores' round trip of views is read around their first mask"  # one reading of each
+    if inner == "mask2" and "sv" in match.nodes:
+        return "the scores are viewed to another shape and not back around a mask"
+    # views around the only mask read as `$s2u`, `$s2v`: the reading `$sv`, `$s2u` takes them (one
+    # reading of each), this one gives its reason where they are refused
+    duplicate = inner == "mask2" and "s2" not in match.nodes
+    problem = _round_trip_problem(match, ix, split, merge, "mask" if duplicate else inner)
+    return problem or ("the scores' round trip of views is read around their first mask" if duplicate else None)
+
+
+def _round_trip_problem(match: Match, ix: MethodIndex, split: Node, merge: Node, inner: str) -> str | None:
     outer, back = _view_sizes(split), _view_sizes(merge)
     if outer is None or back is None:
         return "the scores' views do not name their sizes"
