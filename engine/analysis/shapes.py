@@ -226,6 +226,34 @@ class ShapeFacts:
         shape = self.shape(operand)
         return d is not None and shape is not None and shape.is_last(d)
 
+    def leading_split(self, split: Node, merge: Node) -> tuple[Operand, Operand] | None:
+        """The sizes `(a, b)` where view `split` splits the leading axis of its input, of proven rank
+        r, in two and keeps the r - 1 others (`x.view(a, b, *rest)`), and view `merge` of what is
+        computed from that (`.view(-1, *rest)` or `.view(a * b, *rest)`) merges the two back: a
+        round trip that gives x's own axes. A term added between the two is then, in x's layout,
+        that term broadcast to (a, b, ...) and its two leading axes flattened (row i of the leading
+        axis is (i // b, i % b)); None where the views are not such a pair."""
+        rank = self.rank(split.inputs[0] if split.inputs else None)
+        outer, inner = self._sizes(split), self._sizes(merge)
+        if rank is None or outer is None or inner is None or len(outer) != rank + 1 or len(inner) != rank:
+            return None
+        if not all(_same_size(a, b) for a, b in zip(outer[2:], inner[1:], strict=True)):
+            return None
+        first, (a, b) = inner[0], outer[:2]
+        if _int(a) == -1 or _int(b) == -1:
+            return None  # a size left to infer: the term's broadcast over it has no size to name
+        if _int(first) == -1:
+            return a, b
+        if isinstance(first, Sym) and isinstance(a, Sym) and isinstance(b, Sym):
+            product = first.text.replace(" ", "")
+            return (a, b) if product in (f"{a.text}*{b.text}".replace(" ", ""), f"{b.text}*{a.text}".replace(" ", "")) \
+                else None
+        node = self.defs.get(first.name) if isinstance(first, Var) else None
+        if node is not None and node.op in ("mul", "scale") and len(node.inputs) == 2 \
+                and sorted(map(str, node.inputs)) == sorted(map(str, (a, b))):
+            return a, b
+        return None
+
     def swaps_last_two(self, node: Node) -> bool:
         """A transpose node that swaps the last two axes of its input."""
         d0, d1 = _int(node.kwarg("dim0")), _int(node.kwarg("dim1"))
@@ -1311,6 +1339,11 @@ def _join(shapes: list[Shape | None]) -> Shape | None:
 @lru_cache(maxsize=4096)
 def _join_id(ids: tuple[int, ...]) -> int:
     return next(_IDS)
+
+
+def _same_size(a: Operand, b: Operand) -> bool:
+    """Two view sizes that are the same value: one operand, or the same text."""
+    return a == b or (isinstance(a, Sym) and isinstance(b, Sym) and a.text.replace(" ", "") == b.text.replace(" ", ""))
 
 
 def _is_number_text(text: str) -> bool:

@@ -18,6 +18,7 @@ from engine.analysis.numbers import (
     function_attribute_value,
     tree_of,
 )
+from engine.analysis.shapes import ShapeFacts
 from engine.dsl import canonical as C
 from engine.dsl.ir import Const, Node, Operand, Pos, Seq, Sym, Var
 from engine.extract import package
@@ -1251,42 +1252,95 @@ def _same_size(a, b) -> bool:
     return a == b or (isinstance(a, Sym) and isinstance(b, Sym) and a.text.replace(" ", "") == b.text.replace(" ", ""))
 
 
+def round_trip(match: Match) -> tuple[Node | None, Node | None, str] | None:
+    """The views of the scores around a mask the match reads, as (split, merge, the binding of the
+    mask added between them): `$sv`, `$s2u` around `$mask` (BART's `w.view(bsz, heads, tgt, src) +
+    mask`), or, after a first mask added outside, `$s2u`, `$s2v` around `$mask2` (Swin's relative
+    position bias, then the window mask through `attn.view(B_ // nW, nW, H, N, N)`). None where the
+    match binds no view."""
+    if "s2v" in match.nodes:
+        return match.nodes.get("s2u"), match.nodes["s2v"], "mask2"
+    if "sv" in match.nodes or "s2u" in match.nodes:
+        return match.nodes.get("sv"), match.nodes.get("s2u"), "mask"
+    return None
+
+
 def _mask_view_round_trip(match: Match, ix: MethodIndex) -> str | None:
-    """A mask added through a view round trip (BART, OPT: `w.view(bsz, heads, tgt, src) + mask`,
-    then `.view(bsz * heads, tgt, src)`): the first view splits the 3-D scores' batch axis in two
-    and keeps the others, the second merges them back, and both products are `torch.bmm` (whose
-    batch axes must be equal, so the scores' batch axis is the split one's product). The kernel then
-    takes the operands viewed the same way (`q.unflatten(0, (bsz, heads))`) and the mask as it is."""
-    split, merge = match.nodes.get("sv"), match.nodes.get("s2u")
-    if split is None and merge is None:
+    """A mask added through a view round trip. The 3-D scores of `torch.bmm` (BART, OPT:
+    `w.view(bsz, heads, tgt, src) + mask`, then `.view(bsz * heads, tgt, src)`): the first view
+    splits the batch axis in two and keeps the others, the second merges them back, and both
+    products are `torch.bmm` (whose batch axes must be equal, so the scores' batch axis is the split
+    one's product); the kernel takes the operands viewed the same way (`q.unflatten(0, (bsz,
+    heads))`) and the mask as it is. Scores of any other proven rank split at their leading axis
+    (Swin's `attn.view(B_ // nW, nW, H, N, N) + mask.unsqueeze(1).unsqueeze(0)`, viewed back with
+    `.view(-1, H, N, N)`, ShapeFacts.leading_split): the kernel's operands stay as they are and the
+    mask is folded into their layout, broadcast to the split axes and those flattened
+    (`m.expand(B_ // nW, nW, -1, -1, -1).flatten(0, 1)`), whichever order the split names."""
+    views = round_trip(match)
+    if views is None:
         return None
-    if split is None or merge is None or "s2" not in match.nodes:
+    split, merge, inner = views
+    if split is None or merge is None or ("s2" if inner == "mask" else "s2m") not in match.nodes:
         return "the scores are viewed to another shape and not back around a mask"
-    outer, inner = _view_sizes(split), _view_sizes(merge)
-    if outer is None or inner is None:
+    if inner == "mask2" and "sv" in match.nodes:
+        return "the scores are viewed to another shape and not back around a mask"
+    # views around the only mask read as `$s2u`, `$s2v`: the reading `$sv`, `$s2u` takes them (one
+    # reading of each), this one gives its reason where they are refused
+    duplicate = inner == "mask2" and "s2" not in match.nodes
+    problem = _round_trip_problem(match, ix, split, merge, "mask" if duplicate else inner)
+    return problem or ("the scores' round trip of views is read around their first mask" if duplicate else None)
+
+
+def _round_trip_problem(match: Match, ix: MethodIndex, split: Node, merge: Node, inner: str) -> str | None:
+    outer, back = _view_sizes(split), _view_sizes(merge)
+    if outer is None or back is None:
         return "the scores' views do not name their sizes"
     products = [match.nodes.get(k) for k in ("s0", "out")]
-    if any(p is None or p.target not in _BATCHED_3D for p in products) or len(outer) != 4 or len(inner) != 3:
-        return "the mask is added through a view of the scores; only the 3-D scores of torch.bmm split into 4-D are covered"
-    if any(isinstance(o, Var) and re.fullmatch(r"_t\d+", o.name) for o in outer[:2]):
-        return "the scores' view splits their batch axis by sizes computed inline"
-    if not all(_same_size(a, b) for a, b in zip(outer[2:], inner[1:], strict=True)):
-        return "the scores' views do not split and merge the same axes"
-    first = inner[0]
-    merged = isinstance(first, Const) and first.value == -1
-    if isinstance(first, Sym):
-        a, b = (getattr(o, "text", repr(getattr(o, "value", o))) for o in outer[:2])
-        merged = first.text.replace(" ", "") in (f"{a}*{b}".replace(" ", ""), f"{b}*{a}".replace(" ", ""))
-    elif isinstance(first, Var):
-        node = ix.defs.get(first.name)
-        merged = node is not None and node.op in ("mul", "scale") and len(node.inputs) == 2 and \
-            {str(node.inputs[0]), str(node.inputs[1])} == {str(outer[0]), str(outer[1])}
-    if not merged:
-        return "the second view of the scores does not merge the two axes the first one split"
+    if inner == "mask" and all(p is not None and p.target in _BATCHED_3D for p in products):
+        if len(outer) != 4 or len(back) != 3:
+            return "the mask is added through a view of the scores; only the 3-D scores of torch.bmm split into 4-D are covered"
+        if any(isinstance(o, Var) and re.fullmatch(r"_t\d+", o.name) for o in outer[:2]):
+            return "the scores' view splits their batch axis by sizes computed inline"
+        if not all(_same_size(a, b) for a, b in zip(outer[2:], back[1:], strict=True)):
+            return "the scores' views do not split and merge the same axes"
+        first = back[0]
+        merged = isinstance(first, Const) and first.value == -1
+        if isinstance(first, Sym):
+            a, b = (getattr(o, "text", repr(getattr(o, "value", o))) for o in outer[:2])
+            merged = first.text.replace(" ", "") in (f"{a}*{b}".replace(" ", ""), f"{b}*{a}".replace(" ", ""))
+        elif isinstance(first, Var):
+            node = ix.defs.get(first.name)
+            merged = node is not None and node.op in ("mul", "scale") and len(node.inputs) == 2 and \
+                {str(node.inputs[0]), str(node.inputs[1])} == {str(outer[0]), str(outer[1])}
+        if not merged:
+            return "the second view of the scores does not merge the two axes the first one split"
+        return None
+    if ix.shapes.rank(split.inputs[0] if split.inputs else None) is None:
+        return "the mask is added through a view of the scores, whose rank is not proven"
+    if ix.shapes.leading_split(split, merge) is None:
+        return "the scores' views do not split their leading axis in two and merge it back"
     return None
 
 
 CHECKS["mask_view_round_trip"] = _mask_view_round_trip
+
+
+def folded_mask(match: Match, facts: ShapeFacts) -> tuple[str, Operand, Operand, int] | None:
+    """Where the match adds a mask through a round trip of views that split the scores' leading axis
+    (constraint `mask_view_round_trip`, other than the bmm scores whose operands are viewed instead):
+    (the mask's binding, the split's two sizes, the count of the axes the split keeps), so that the
+    kernel takes `mask.expand(a, b, -1, ...).flatten(0, 1)`."""
+    views = round_trip(match)
+    if views is None or views[0] is None or views[1] is None:
+        return None
+    split, merge, inner = views
+    if inner == "mask" and all((p := match.nodes.get(k)) is not None and p.target in _BATCHED_3D for k in ("s0", "out")):
+        return None
+    sizes = facts.leading_split(split, merge)
+    rank = facts.rank(split.inputs[0])
+    if sizes is None or rank is None:
+        return None
+    return inner, sizes[0], sizes[1], rank - 1
 
 
 

@@ -99,6 +99,9 @@ class Match:
     # only where a setting holds one value (a softmax over `self.dim`, the key axis where
     # `self.dim == 2`: the original is kept when `self.dim != 2`)
     setting_guards: set[str] = field(default_factory=set)
+    # the variable a mask added through the scores' split views is assigned to, folded into their
+    # layout, on the branch where it is set (scope `_optional_fold`): the kernel takes that variable
+    fold_into: str | None = None
 
     @property
     def matched_nodes(self) -> list[Node]:

@@ -441,6 +441,7 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding | N
     finding.dead.extend(match.dead)
     # decisions where the other branch computes the same rewrite: its nodes go with the match
     both_ways: set[int] = set()
+    match.fold_into = None
     for cid, taken in sorted(match.extra_conditions.items()):
         both = _both_branches(match, cid, taken, siblings, ix, matched_ids | {id(n) for n in finding.companions})
         if both is not None:
@@ -540,6 +541,8 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding | N
             base = _optional_fill(match, subject, cid, ix) if subject is not None else None
             if base is not None:
                 fills.append((cid, taken, base))
+            elif subject is not None and (folded := _optional_fold(match, subject, cid, ix)) is not None:
+                match.fold_into = folded
             continue
         guards.append(frozenset({(match.cond_text.get(cid, f"<condition {cid}>"), not taken)}))
     # settings a constraint holds only for one value of (`self.dim != 2`)
@@ -630,6 +633,8 @@ def _covered(match: Match, cid: int, taken: bool, siblings: list[Match], ix: Met
             return True
         if isinstance(subject, Var) and _optional_fill(match, subject, cid, ix) is not None:
             return True
+        if isinstance(subject, Var) and _optional_fold(match, subject, cid, ix) is not None:
+            return True
     return False
 
 
@@ -658,7 +663,15 @@ def _optional_fill(match: Match, subject: Var, cid: int, ix: MethodIndex) -> str
     fmask = match.bindings.get("fmask")
     if not isinstance(fmask, Var) or any(name in match.bindings for name in ("mask", "mask2", "keep", "nan_rows")):
         return None
-    chain = [fmask.name]
+    chain = _none_raising_chain(fmask, subject, ix)
+    return _source_name(subject.name) if chain is not None and _set_only_by(chain, cid, ix) else None
+
+
+def _none_raising_chain(value: Var, subject: Var, ix: MethodIndex) -> list[str] | None:
+    """The values from `value` back to `subject` where `value` is computed from `subject` alone by
+    steps that each give no tensor of a None (a tensor method, `~`, an index, a comparison, a torch
+    or einops function): where `value` exists, `subject` is set. None where it is not such a value."""
+    chain = [value.name]
     while chain[-1] != subject.name:
         node = ix.defs.get(chain[-1])
         if node is None or node.kind != "op" or not node.inputs or not isinstance(node.inputs[0], Var) \
@@ -668,7 +681,13 @@ def _optional_fill(match: Match, subject: Var, cid: int, ix: MethodIndex) -> str
                 and not node.op.startswith(("compare:", "torch.", "einops.")):
             return None  # a step that may make a tensor of a None
         chain.append(node.inputs[0].name)
-    base = _source_name(subject.name)
+    return chain
+
+
+def _set_only_by(chain: list[str], cid: int, ix: MethodIndex) -> bool:
+    """The tested variable's name holds no other value than those of `chain` (and their merge after
+    decision `cid`), so that a test of that name where the kernel runs is the decision's test."""
+    base = _source_name(chain[-1])
     for node in ix.method.nodes:
         for name in node.outputs:
             if _source_name(name) != base or name in chain:
@@ -676,7 +695,39 @@ def _optional_fill(match: Match, subject: Var, cid: int, ix: MethodIndex) -> str
             if node.kind == "phi" and node.kwarg("if") == Const(cid) \
                     and all(isinstance(i, Var) and i.name in chain for i in node.inputs):
                 continue
-            return None  # the name holds another value where the kernel tests it
+            return False  # the name holds another value where the kernel tests it
+    return True
+
+
+def _optional_fold(match: Match, subject: Var, cid: int, ix: MethodIndex) -> str | None:
+    """The mask added through the scores' split views (`if mask is not None: attn = attn.view(B_ //
+    nW, nW, H, N, N) + mask.unsqueeze(1).unsqueeze(0)`, constraints `folded_mask`) is computed from
+    the tested variable alone, which holds no other value: on its branch the variable can be
+    assigned that mask folded into the scores' layout (`mask = mask.unsqueeze(1).unsqueeze(0)
+    .expand(B_ // nW, nW, -1, -1, -1).flatten(0, 1)`, where the sizes the views read are set), and
+    the kernel after the merge takes the variable, None on the other branch. The variable must be
+    read nowhere after that assignment but by its test against None (a read that would see the
+    folded mask). Returns the variable's name, None where the mask is not such a one."""
+    fold = constraints.folded_mask(match, ix.shapes)
+    value = match.bindings.get(fold[0]) if fold is not None else None
+    add = match.nodes.get("s2m" if fold is not None and fold[0] == "mask2" else "s2")
+    if not isinstance(value, Var) or add is None or "fmask" in match.bindings or "keep" in match.bindings:
+        return None
+    chain = _none_raising_chain(value, subject, ix)
+    if chain is None or not _set_only_by(chain, cid, ix):
+        return None
+    base = _source_name(subject.name)
+    order = {id(n): i for i, n in enumerate(ix.method.nodes)}
+    at = order.get(id(add), -1)
+    for node in ix.method.nodes:
+        if order[id(node)] <= at or any(o in chain for o in node.outputs):
+            continue
+        reads = [i for i in (*node.inputs, *(v for _, v in node.kwargs)) if isinstance(i, Var) and _source_name(i.name) == base]
+        if not reads or node.kind == "phi":
+            continue
+        if node.op in ("compare:is", "compare:isnot") and node.inputs[1:] == (Const(None),):
+            continue
+        return None  # read after the branch would assign it the folded mask
     return base
 
 
@@ -705,10 +756,22 @@ def _both_branches(match: Match, cid: int, taken: bool, siblings: list[Match], i
 
     if not within(match, taken):
         return None
+    # a mask added through split views of the scores on this branch only, which the kernel can take
+    # as the tested variable folded on its branch: the other branch lacks those steps and that mask
+    subject = _tested(cid, ix)
+    folded = _optional_fold(match, subject, cid, ix) if subject is not None else None
+    fold = constraints.folded_mask(match, ix.shapes) if folded is not None else None
+    fold_steps = {"mask2": {"s2u", "s2m", "s2v"}, "mask": {"sv", "s2", "s2u"}}[fold[0]] if fold is not None else set()
+
+    def same_steps(other: Match) -> bool:
+        mine, absent = steps(match)
+        theirs, their_absent = steps(other)
+        return (theirs, their_absent) == (mine - fold_steps, sorted({*absent, *(fold_steps & mine)}))
+
     for other in siblings:
         if other is match or other.pattern is not match.pattern or other.relaxed \
                 or (steps(other) != steps(match) and not _upcast_choice(match, other, cid, taken, ix)
-                    and not _float_softmax_spellings(match, other)) \
+                    and not _float_softmax_spellings(match, other) and not (fold_steps and same_steps(other))) \
                 or not within(other, not taken) \
                 or other.conditions.get(cid) != (not taken) or outside(other) != outside(match) \
                 or any(match.conditions.get(c, t) != t for c, t in other.conditions.items() if c != cid) \
@@ -716,7 +779,8 @@ def _both_branches(match: Match, cid: int, taken: bool, siblings: list[Match], i
             continue
         if any(constraints.CHECKS[name](other, ix) for name in match.rule.constraints):
             continue
-        bound = {n for n in names if n in match.bindings}
+        unfolded = steps(other) != steps(match)  # the other branch adds no mask through the views
+        bound = {n for n in names if n in match.bindings and not (unfolded and fold is not None and n == fold[0])}
         if bound != {n for n in names if n in other.bindings} \
                 or any(match.bindings[n] != other.bindings[n] for n in bound):
             continue
@@ -730,6 +794,8 @@ def _both_branches(match: Match, cid: int, taken: bool, siblings: list[Match], i
             or n.kwarg("if") is None and n.inputs and all(isinstance(i, Var) and i.name in made for i in n.inputs))]
         kept = {id(n) for n in nodes} | {id(n) for n in merges} | removed
         if all(id(u) in kept for n in nodes for name in n.outputs for u in ix.uses.get(name, ())):
+            if unfolded and fold_steps:
+                match.fold_into = folded
             return nodes
     return None
 
@@ -965,7 +1031,7 @@ def _find_rule(rule: Rule, indexes: list[MethodIndex], near_misses: bool) -> lis
     return results
 
 
-_VIEW_STEPS = ("sv", "s2u")  # the views around a mask add (constraints `mask_view_round_trip`)
+_VIEW_STEPS = ("sv", "s2u", "s2v")  # the views around a mask add (constraints `mask_view_round_trip`)
 
 
 def _least_guarded(best: Match, ix: MethodIndex, group: list[Match]) -> Finding | None:
@@ -1032,7 +1098,7 @@ def adopt(finding: Finding, other: Finding) -> None:
 # constraints on how the match reads the scores' layout and order of steps: a reading they refuse
 # (another value's product permuted and added to the scores, taken for the scores; a scale after an
 # additive mask taken for a scale after the fill) gives way to a less full one of the same root
-_READINGS = ("scores_permuted_back", "scaled_after_fill")
+_READINGS = ("scores_permuted_back", "scaled_after_fill", "mask_view_round_trip")
 
 
 def _fullness(m: Match, ix: MethodIndex) -> tuple:

@@ -52,6 +52,7 @@ from engine.analysis.contraction import ONE_ROW
 from engine.analysis.shapes import ShapeFacts
 from engine.dsl import canonical as C
 from engine.dsl.ir import Const, Node, Operand, Seq, Var
+from engine.match.constraints import folded_mask
 from engine.match.matcher import Match
 from engine.synthesize.template import TemplateError
 
@@ -213,10 +214,16 @@ def lookup(match: Match, base: Callable[[str], str | None],
 
     def adapted(name: str) -> str | None:
         if name == "mask":  # several additive masks are one: their sum
-            terms = [t for t in (base("mask"), base("mask2")) if t is not None]
+            terms = [_folded(match, key, base(key), render) for key in ("mask", "mask2")]
+            terms = [t for t in terms if t is not None]
             if not terms:
                 return None
             text = " + ".join(terms)
+            if match.fold_into is not None and len(terms) > 1:
+                if "s3s" in match.nodes or "s2s" in match.nodes or "s2c" in match.nodes:
+                    raise TemplateError("a mask set on one branch is scaled or clamped with another")
+                other = " + ".join(t for t in terms if t != match.fold_into)
+                return f"{other} if {match.fold_into} is None else {other} + {match.fold_into}"
             for step, name in (("s2s", "factorm"), ("s3s", "factor3")):
                 factor = base(name) if step in match.nodes else None
                 if factor is not None:  # `(s + m) * c`: the kernel scales before it adds (constraint `scaled_after_fill`)
@@ -291,6 +298,35 @@ def _one_row(match: Match, key: str) -> bool:
     """The product bound as `key` has a vector on its left and no row axis (engine/analysis/contraction.py)."""
     node = match.nodes.get(key)
     return node is not None and node.target == ONE_ROW
+
+
+def _folded(match: Match, key: str, text: str | None, render: Callable[[Operand], str]) -> str | None:
+    """The mask bound as `key` in the kernel's layout: as it is, or, added through views that split
+    the scores' leading axis (`attn.view(B_ // nW, nW, H, N, N) + m`, then `.view(-1, H, N, N)`),
+    broadcast to the split axes and those flattened into the scores' leading one, a copy of at most
+    the scores' size (`m.expand(B_ // nW, nW, -1, -1, -1).flatten(0, 1)`)."""
+    fold = folded_mask(match, ShapeFacts(match.method, match.cls)) if text is not None else None
+    if fold is None or fold[0] != key:
+        return text
+    if match.fold_into is not None:
+        return match.fold_into  # assigned on its branch (`fold_statement`)
+    _, a, b, kept = fold
+    return f"{_atom(text)}.expand({render(a)}, {render(b)}{', -1' * kept}).flatten(0, 1)"
+
+
+def fold_statement(match: Match, render: Callable[[Operand], str]) -> tuple[Node, str] | None:
+    """Where a mask added through the scores' split views is set on one branch only (scope
+    `_optional_fold`): the node that adds it, whose statement becomes the assignment of that mask,
+    folded into the scores' layout, to the tested variable; and that statement's text."""
+    if match.fold_into is None:
+        return None
+    fold = folded_mask(match, ShapeFacts(match.method, match.cls))
+    if fold is None:
+        raise TemplateError("the optional mask's round trip of views is no longer a fold")
+    key, a, b, kept = fold
+    text = _atom(render(match.bindings[key]))
+    add = match.nodes["s2m" if key == "mask2" else "s2"]
+    return add, f"{match.fold_into} = {text}.expand({render(a)}, {render(b)}{', -1' * kept}).flatten(0, 1)"
 
 
 def _relaid(match: Match, base: Callable[[str], str | None]) -> Callable[[str], str | None]:
@@ -516,7 +552,7 @@ def _four_d(match: Match, code: str) -> str:
     spans = [(_offset(code, a.lineno, a.col_offset), _offset(code, a.end_lineno or a.lineno, a.end_col_offset or 0))
              for a in call.args[:3]]
     operands = [code[start:end] for start, end in spans]
-    split = match.nodes.get("sv")
+    split = match.nodes.get("sv") if folded_mask(match, facts) is None else None
     if rank == 3 and split is not None:
         # the mask was added to the scores viewed (bsz, heads, tgt, src): the operands are viewed
         # the same way and the mask taken as it is (constraints `mask_view_round_trip`)

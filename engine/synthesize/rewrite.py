@@ -843,6 +843,7 @@ class Synthesizer:
         for located in others.values():
             self._check_removable(located, method_nodes, removed_ids, match)
 
+        folded = self._fold_statement(match, others)
         removed_stmts = set(others) | {self.statement_at(_at_body(n, root)).node for n in finding.companions if n.pos is not None}
         try:
             restated = self._restatements(finding, removed_stmts, root_stmt) if finding.restated else {}
@@ -866,12 +867,42 @@ class Synthesizer:
         guard = self._guard(finding, root_stmt.node)
         new_stmt = self._formatted(root_stmt, root_expr, new_expr, extra_indent=guard is not None)
         code = cst.Module([]).code_for_node(new_expr)
+        if folded:
+            if guard is not None:
+                raise SynthesisError("a mask folded on its branch is not written under a guard")
+            removable = [stmt for stmt in removable if stmt not in folded]
+            restated = {**restated, **folded}
         if guard is not None:
             return self._guarded(finding, guard, root_stmt, new_stmt, removable, code, companions, restated)
         removable.extend(self.compound_at(pos) for pos in finding.dead)
         new_stmt = self._keep_separation(root_stmt.node, new_stmt, removable)
         footprint = [self._footprint(n) for n in [root_stmt.node, *removable, *restated]]
         return Edit({root_stmt.node: new_stmt, **restated}, set(removable), {}, footprint, code)
+
+    def _fold_statement(self, match: Match, others: dict[cst.CSTNode, _Located]) -> dict[cst.CSTNode, cst.CSTNode]:
+        """The statement that adds a mask through the scores' split views on one branch, as the
+        assignment of that mask folded into the scores' layout (layout.fold_statement), or nothing."""
+        try:
+            found = layout.fold_statement(match, lambda operand: self.render(operand, match))
+        except TemplateError as exc:
+            raise SynthesisError(str(exc)) from exc
+        if found is None:
+            return {}
+        add, text = found
+        if add.pos is None or add.via:
+            raise SynthesisError("the optional mask is added in a helper")
+        located = self.statement_at(add.pos)
+        if located.node not in others:
+            raise SynthesisError("the optional mask is added in a statement that computes more")
+        width = located.range.start.column
+        text = cst.Module([]).code_for_node(tidy(cst.parse_expression(text.partition(" = ")[2])))
+        text = f"{match.fold_into} = {text}"
+        formatted = self.context.style.format_statement(text, width)
+        try:
+            stmt = cst.parse_statement(formatted)
+        except cst.ParserSyntaxError:
+            stmt = cst.parse_statement(text)
+        return {located.node: stmt.with_changes(leading_lines=located.node.leading_lines)}
 
     def _at_call(self, finding: Finding) -> Edit:
         """The edit of a match inlined from a helper, made at the helper's call (callsite.py): the
