@@ -82,14 +82,19 @@ class Translation:
         self.known = known or {}  # conditions the match decides (in the caller's terms) -> the branch taken
         self._root: Pos | None = None  # the attention's result, while a value derived from it is restated
         self._hit = False  # whether that restating met the root
-        self._check_effects()
         self.params = self._arguments(call, bound_self)
+        self._check_effects()
 
     # -- the helper -------------------------------------------------------------------------------
 
     def _check_effects(self) -> None:
         body = self.fn.body
-        returns = [n for n in ast.walk(self.fn) if isinstance(n, (ast.Return, ast.Yield, ast.YieldFrom))]
+        # an early return under a test the kernel's branch decides false (`if ret_attn: return out,
+        # attn` where the call passes False, or where the rewrite is guarded on the caller's flag)
+        skipped = [st for i, st in enumerate(body) if isinstance(st, ast.If)
+                   and self._decided(st.test, ((body, i),)) is False]
+        returns = [n for n in ast.walk(self.fn) if isinstance(n, (ast.Return, ast.Yield, ast.YieldFrom))
+                   and not any(n in set(ast.walk(st.test)) | {m for b in st.body for m in ast.walk(b)} for st in skipped)]
         if len(returns) != 1 or not isinstance(body[-1], ast.Return) or returns[0] is not body[-1]:
             raise CallSiteError(f"the helper `{self.fn.name}` does not end in its only return")
         for node in ast.walk(self.fn):
@@ -108,6 +113,21 @@ class Translation:
             if isinstance(node, ast.Expr) and not (isinstance(node.value, ast.Constant) and node is body[0]):
                 raise CallSiteError(f"the helper `{self.fn.name}` has a statement whose effect the kernel path would "
                                     f"skip (line {self.def_line + node.lineno - 1})")
+
+    def _decided(self, test: ast.expr, place: _Place) -> bool | None:
+        """The value of the helper's `if` test at this call where it is known: a constant the call
+        passes (or the default), or a condition the match decides."""
+        segment = " ".join((ast.get_source_segment(self.source, test) or ast.unparse(test)).split())
+        try:
+            text = self._text(segment, place, 0)
+        except CallSiteError:
+            return None
+        if text in self.known:
+            return self.known[text]
+        try:
+            return bool(ast.literal_eval(text))
+        except (ValueError, SyntaxError):
+            return None
 
     def _arguments(self, call: str, bound_self: bool) -> dict[str, str]:
         call = call.strip()

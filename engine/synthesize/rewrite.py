@@ -16,6 +16,7 @@ Comments and formatting outside the edited statements are untouched (libcst roun
 
 from __future__ import annotations
 
+import ast
 import itertools
 import re
 from dataclasses import dataclass
@@ -895,9 +896,12 @@ class Synthesizer:
         def_line = _def_line(self.lines, root.pos.line, helper)
         caller_names = {p.name for p in match.method.params} | \
             {_python_name(o) for n in match.method.nodes if not n.via for o in n.outputs if not _TEMP.match(o)}
+        known = {match.cond_text[c]: t for c, t in match.conditions.items() if c in match.cond_text}
+        if finding.status == "guarded" and finding.guard_text:
+            known.update(_false_where_kernel_runs(finding.guard_text))
         try:
             translation = callsite.Translation(self.lines, def_line, helper, self.source(call_pos), bound_self, caller_names,
-                                              {match.cond_text[c]: t for c, t in match.conditions.items() if c in match.cond_text})
+                                              known)
             returned = translation.returned()
             if target is None:
                 names = [None] * len(returned)
@@ -1405,6 +1409,23 @@ class Synthesizer:
         if isinstance(operand, Const):
             return repr(operand.value)
         raise SynthesisError(f"cannot render {operand!r}")
+
+
+def _false_where_kernel_runs(guard: str) -> dict[str, bool]:
+    """The conditions a guard `a or not b or ...` decides where the kernel runs (none of its terms
+    holds there): `{"a": False, "b": True}`, and the guard itself False."""
+    known = {" ".join(guard.split()): False}
+    try:
+        expr = ast.parse(guard, mode="eval").body
+    except SyntaxError:
+        return known
+    terms = expr.values if isinstance(expr, ast.BoolOp) and isinstance(expr.op, ast.Or) else [expr]
+    for term in terms:
+        if isinstance(term, ast.UnaryOp) and isinstance(term.op, ast.Not):
+            known[" ".join(ast.unparse(term.operand).split())] = True
+        else:
+            known[" ".join(ast.unparse(term).split())] = False
+    return known
 
 
 def _tidy_assignment(text: str) -> str:

@@ -155,3 +155,36 @@ def test_a_helper_reading_its_result_twice_is_not_rewritten():
     found, new = statuses(source)
     assert new == source
     assert found and all(status == "near-miss" for status, _ in found), found
+
+
+# The helper returns the probabilities too only under a flag of its own (funasr's `ret_attn`): a call
+# passing the caller's runtime flag is rewritten under a guard on it; a call leaving the default
+# False needs none (the early return is never taken there).
+FLAGGED = METHOD.replace("    def forward_attention(self, value, scores, mask):\n",
+                         "    def forward_attention(self, value, scores, mask, ret_attn=False):\n") \
+    .replace("        return self.linear_out(x)\n",
+             "        if ret_attn:\n            return self.linear_out(x), attn\n        return self.linear_out(x)\n")
+
+
+def test_a_runtime_flag_for_the_probabilities_guards_the_call():
+    source = FLAGGED.replace("    def forward(self, x, mask=None):\n", "    def forward(self, x, mask=None, ret_attn=False):\n") \
+        .replace("return self.forward_attention(v, scores, mask)", "return self.forward_attention(v, scores, mask, ret_attn)")
+    new = rewrite(source)
+    forward = new.split("def forward(", 1)[1].split("def forward_attention", 1)[0]
+    assert "if ret_attn:" in forward and "scaled_dot_product_attention(" in forward
+    _compare(source, new, mask=True)
+    a_ns, b_ns = namespace(source), namespace(new)
+    torch.manual_seed(0)
+    a, b = a_ns["Attn"](4, 16).double().eval(), b_ns["Attn"](4, 16).double().eval()
+    b.load_state_dict(a.state_dict())
+    x = torch.randn(2, 5, 16, dtype=torch.float64)
+    (out_a, attn_a), (out_b, attn_b) = a(x, None, True), b(x, None, True)
+    torch.testing.assert_close(out_b, out_a)
+    torch.testing.assert_close(attn_b, attn_a)
+
+
+def test_the_default_flag_needs_no_guard():
+    new = rewrite(FLAGGED)
+    forward = new.split("def forward(", 1)[1].split("def forward_attention", 1)[0]
+    assert "scaled_dot_product_attention(" in forward and "if ret_attn" not in forward and "else:" not in forward
+    _compare(FLAGGED, new, mask=True)
