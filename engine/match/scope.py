@@ -532,7 +532,7 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding | N
     # the scores made by the caller and handed to a helper that ends the attention (funasr's
     # `self.forward_attention(v, scores, mask)`): the helper's call is written with the kernel
     # (engine/synthesize/callsite.py), the caller's statements that made the scores go
-    into_call = len(match.root.via) == 1 and bodies == {(), match.root.via}
+    into_call = len(match.root.via) == 1 and bodies == {(), match.root.via} and not rule.detect_only
     at_call = at_call or into_call
     if len(bodies) > 1 and "same_helper" not in rule.constraints and not at_call:
         return near_miss("the match spans a helper function and its caller; rewrite the helper by hand or inline it")
