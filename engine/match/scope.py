@@ -120,6 +120,10 @@ def _transitive_uses(ix: MethodIndex, name: str) -> list[tuple[Node, dict[int, b
                 more = dict(implied)
                 if isinstance(cid, Const) and len(use.inputs) == 2 and len(positions) == 1:
                     more[cid.value] = positions[0] == 0  # type: ignore[index]
+                elif cid is None and len(positions) == 1 and current in ix.defs:
+                    # a merge of an inlined helper's returns (`if ret_attn: return out, attn`): the
+                    # value is taken where its own return ran, under that return's decisions
+                    more.update({c.id: c.taken for c in ix.defs[current].guard})
                 for out_name in use.outputs:
                     if out_name not in seen:
                         seen.add(out_name)
@@ -555,6 +559,11 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding | N
     # the product of a scorer `self.attn(q, k)` and what its forward reaches by `super().forward`) is
     # written at that one call (engine/synthesize/callsite.py); other mixes are not
     at_call = not match.root.via and len({v[:1] for v in bodies}) == 2
+    # the scores made by the caller and handed to a helper that ends the attention (funasr's
+    # `self.forward_attention(v, scores, mask)`): the helper's call is written with the kernel
+    # (engine/synthesize/callsite.py), the caller's statements that made the scores go
+    into_call = len(match.root.via) == 1 and bodies == {(), match.root.via} and not rule.detect_only
+    at_call = at_call or into_call
     if len(bodies) > 1 and "same_helper" not in rule.constraints and not at_call:
         return near_miss("the match spans a helper function and its caller; rewrite the helper by hand or inline it")
 
@@ -1107,12 +1116,12 @@ def _fullness(m: Match, ix: MethodIndex) -> tuple:
 
 
 def _in_helper_of(small: Finding, large: Finding) -> bool:
-    """`small` is a rewritable match of a helper's own body that `large` inlines at a call, with the
-    root of `large` in the caller."""
+    """`small` is a rewritable match of a helper's own body that `large` inlines at a call (the root
+    of `large` in the caller, or in the helper with a step in the caller: `self._norm(x.float())`)."""
     if small.status not in ("rewritten", "guarded") or small.match is None or large.match is None:
         return False
     inner, outer = small.match, large.match
-    return not inner.root.via and not outer.root.via and inner.method is not outer.method \
+    return not inner.root.via and len(outer.root.via) <= 1 and inner.method is not outer.method \
         and any(n.via for n in outer.nodes.values()) and inner.rule.id == outer.rule.id
 
 

@@ -18,12 +18,14 @@ call would evaluate twice, a helper that also stores state or changes a tensor i
 from __future__ import annotations
 
 import ast
+import re
 import textwrap
 from dataclasses import dataclass
 
 from engine.dsl.ir import Pos
 
 _SIMPLE = (ast.Name, ast.Attribute, ast.Constant)
+_ROOT = "__adopter_root__"  # the attention's result while a value the helper derives from it is restated
 
 
 class CallSiteError(Exception):
@@ -78,14 +80,21 @@ class Translation:
         self.caller_names = caller_names
         self.emitted: dict[tuple, str] = {}  # helper statement (its path) -> its text in the caller's terms
         self.known = known or {}  # conditions the match decides (in the caller's terms) -> the branch taken
-        self._check_effects()
+        self._root: Pos | None = None  # the attention's result, while a value derived from it is restated
+        self._hit = False  # whether that restating met the root
         self.params = self._arguments(call, bound_self)
+        self._check_effects()
 
     # -- the helper -------------------------------------------------------------------------------
 
     def _check_effects(self) -> None:
         body = self.fn.body
-        returns = [n for n in ast.walk(self.fn) if isinstance(n, (ast.Return, ast.Yield, ast.YieldFrom))]
+        # an early return under a test the kernel's branch decides false (`if ret_attn: return out,
+        # attn` where the call passes False, or where the rewrite is guarded on the caller's flag)
+        skipped = [st for i, st in enumerate(body) if isinstance(st, ast.If)
+                   and self._decided(st.test, ((body, i),)) is False]
+        returns = [n for n in ast.walk(self.fn) if isinstance(n, (ast.Return, ast.Yield, ast.YieldFrom))
+                   and not any(n in set(ast.walk(st.test)) | {m for b in st.body for m in ast.walk(b)} for st in skipped)]
         if len(returns) != 1 or not isinstance(body[-1], ast.Return) or returns[0] is not body[-1]:
             raise CallSiteError(f"the helper `{self.fn.name}` does not end in its only return")
         for node in ast.walk(self.fn):
@@ -104,6 +113,21 @@ class Translation:
             if isinstance(node, ast.Expr) and not (isinstance(node.value, ast.Constant) and node is body[0]):
                 raise CallSiteError(f"the helper `{self.fn.name}` has a statement whose effect the kernel path would "
                                     f"skip (line {self.def_line + node.lineno - 1})")
+
+    def _decided(self, test: ast.expr, place: _Place) -> bool | None:
+        """The value of the helper's `if` test at this call where it is known: a constant the call
+        passes (or the default), or a condition the match decides."""
+        segment = " ".join((ast.get_source_segment(self.source, test) or ast.unparse(test)).split())
+        try:
+            text = self._text(segment, place, 0)
+        except CallSiteError:
+            return None
+        if text in self.known:
+            return self.known[text]
+        try:
+            return bool(ast.literal_eval(text))
+        except (ValueError, SyntaxError):
+            return None
 
     def _arguments(self, call: str, bound_self: bool) -> dict[str, str]:
         call = call.strip()
@@ -184,6 +208,47 @@ class Translation:
             binding = self._binding(element.id, ((self.fn.body, len(self.fn.body) - 1),))
             return binding is not None and binding.value is not None and self._at(binding.value, root)
         return False
+
+    def around_root(self, element: ast.expr, root: Pos, kernel: str) -> str | None:
+        """The returned `element` in the caller's terms with the root's value (the attention's
+        result) written as `kernel`; None where the element does not derive from the root."""
+        self._root = root
+        self._hit = False
+        try:
+            end = ((self.fn.body, len(self.fn.body) - 1),)
+            text = self._text(self._segment(element), end, 0)
+        finally:
+            self._root = None
+        if not self._hit:
+            return None
+        if text.count(_ROOT) != 1:
+            raise CallSiteError("the helper reads the attention's result more than once")
+        return text.replace(_ROOT, kernel if re.fullmatch(r"[\w.]+(\(.*\))?", kernel, re.S) else f"({kernel})")
+
+    def _segment(self, value: ast.expr) -> str:
+        """The source of the helper's expression `value`, the root's expression in it (while one is
+        being restated) written as a placeholder."""
+        text = ast.get_source_segment(self.source, value) or ast.unparse(value)
+        root = self._root
+        inner = next((n for n in ast.walk(value) if isinstance(n, ast.expr) and root is not None
+                      and self._spans(n, root)), None)
+        if inner is not None:
+            lines = self.source.splitlines(keepends=True)
+            offset = [0]
+            for row in lines:
+                offset.append(offset[-1] + len(row.encode()))
+            data = self.source.encode()
+            begin = offset[value.lineno - 1] + value.col_offset
+            start = offset[inner.lineno - 1] + inner.col_offset - begin
+            stop = offset[inner.end_lineno - 1] + inner.end_col_offset - begin  # type: ignore[operator]
+            raw = data[begin:offset[value.end_lineno - 1] + value.end_col_offset]  # type: ignore[operator]
+            text = (raw[:start] + _ROOT.encode() + raw[stop:]).decode()
+            self._hit = True
+        return " ".join(text.split())
+
+    def _spans(self, node: ast.expr, pos: Pos) -> bool:
+        return self._at(node, pos) and node.end_lineno is not None and node.end_col_offset is not None \
+            and (self.def_line + node.end_lineno - 1, node.end_col_offset + self.indent) == (pos.end_line, pos.end_col)
 
     def _at(self, node: ast.expr, pos: Pos) -> bool:
         return (self.def_line + node.lineno - 1, node.col_offset + self.indent) == (pos.line, pos.col)
@@ -275,16 +340,25 @@ class Translation:
             stmt = binding.stmt
             targets = [n.id for n in ast.walk(stmt.targets[0])  # type: ignore[attr-defined]
                        if isinstance(n, ast.Name)] if isinstance(stmt, ast.Assign) else []
-            if targets and not any(t in self.caller_names or self._stores(t) != 1 for t in targets):
+            root = self._root
+            holds_root = root is not None and binding.value is not None \
+                and any(isinstance(n, ast.expr) and self._spans(n, root) for n in ast.walk(binding.value))
+            if targets and not holds_root and not any(t in self.caller_names or self._stores(t) != 1 for t in targets):
                 # a local of the helper assigned once, under a name the caller does not use: the
                 # kernel's branch assigns it the same way, and the template reads it by name
                 key = tuple(i for _, i in binding.place)
                 if key not in self.emitted:
                     value = " ".join((ast.get_source_segment(self.source, stmt.value) or ast.unparse(stmt.value)).split())
                     lhs = " ".join((ast.get_source_segment(self.source, stmt.targets[0]) or "").split())
-                    self.emitted[key] = f"{lhs} = {self._text(value, binding.place, depth + 1)}"
+                    text = self._text(value, binding.place, depth + 1)
+                    if _ROOT not in text:
+                        self.emitted[key] = f"{lhs} = {text}"
+                    elif isinstance(stmt.targets[0], ast.Name):  # computed from the result: read in place
+                        return f"({text})"
+                    else:
+                        raise CallSiteError(f"`{lhs}` is unpacked from the attention's result")
                 return name
-            segment = " ".join((ast.get_source_segment(self.source, binding.value) or ast.unparse(binding.value)).split())
+            segment = self._segment(binding.value)
             inner = self._text(segment, binding.place, depth + 1)
             return inner if isinstance(binding.value, (*_SIMPLE, ast.Call, ast.Subscript)) else f"({inner})"
         if name in self.params:

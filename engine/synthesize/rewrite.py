@@ -16,6 +16,7 @@ Comments and formatting outside the edited statements are untouched (libcst roun
 
 from __future__ import annotations
 
+import ast
 import itertools
 import re
 from dataclasses import dataclass
@@ -920,28 +921,45 @@ class Synthesizer:
         call_stmt = self.statement_at(call_pos)
         call_expr = self.expression_at(call_pos)
         small = call_stmt.node.body[0] if len(call_stmt.node.body) == 1 else None  # type: ignore[attr-defined]
-        if not isinstance(small, cst.Assign) or len(small.targets) != 1 or not isinstance(call_expr, cst.Call) \
-                or not small.value.with_changes(lpar=[], rpar=[]).deep_equals(call_expr):
-            raise SynthesisError("the helper's result is not assigned by a statement of its own")
-        target = small.targets[0].target
+        returns = isinstance(small, cst.Return) and small.value is not None
+        if not isinstance(call_expr, cst.Call) or not (
+                isinstance(small, cst.Assign) and len(small.targets) == 1 or returns) \
+                or not small.value.with_changes(lpar=[], rpar=[]).deep_equals(call_expr):  # type: ignore[union-attr]
+            raise SynthesisError("the helper's result is not assigned or returned by a statement of its own")
+        target = small.targets[0].target if isinstance(small, cst.Assign) else None
         names = [e.value for e in target.elements] if isinstance(target, cst.Tuple) else [target]
-        if not all(isinstance(e, cst.Name) for e in names):
+        if target is not None and not all(isinstance(e, cst.Name) for e in names):
             raise SynthesisError("the helper's result is not assigned to plain names")
+        # the caller's statements that made what the helper is handed (`scores = q @ k.T / d`) go
+        caller_nodes = [n for n in [*match.matched_nodes, *finding.companions] if not n.via and n.pos is not None]
+        removable: dict[cst.CSTNode, _Located] = {}
+        for node in caller_nodes:
+            located = self.statement_at(node.pos)
+            if located.node is not call_stmt.node:
+                removable[located.node] = located
+        removed_ids = {id(n) for n in [*match.matched_nodes, *finding.companions]} | \
+            {id(n) for n in match.method.nodes if n.pos == call_pos and not n.via}
+        method_nodes = [n for n in match.method.nodes if not n.via and n.pos is not None]
+        for located in removable.values():
+            self._check_removable(located, method_nodes, removed_ids, match)
         func = call_expr.func
         bound_self = isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self"
         helper = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else None
         def_line = _def_line(self.lines, root.pos.line, helper)
         caller_names = {p.name for p in match.method.params} | \
             {_python_name(o) for n in match.method.nodes if not n.via for o in n.outputs if not _TEMP.match(o)}
+        known = {match.cond_text[c]: t for c, t in match.conditions.items() if c in match.cond_text}
+        if finding.status == "guarded" and finding.guard_text:
+            known.update(_false_where_kernel_runs(finding.guard_text))
         try:
             translation = callsite.Translation(self.lines, def_line, helper, self.source(call_pos), bound_self, caller_names,
-                                              {match.cond_text[c]: t for c, t in match.conditions.items() if c in match.cond_text})
+                                              known)
             returned = translation.returned()
+            if target is None:
+                names = [None] * len(returned)
             if len(returned) != len(names) or (len(names) == 1 and isinstance(target, cst.Tuple)):
                 raise callsite.CallSiteError("the call unpacks another number of values than the helper returns")
             position = next((i for i, e in enumerate(returned) if translation.binds_root(e, root.pos)), None)
-            if position is None:
-                raise callsite.CallSiteError("the helper does not return the attention's result as it is")
             self._callsite = translation
             try:
                 new_code = self._kernel_code(match, call_expr)
@@ -951,12 +969,25 @@ class Synthesizer:
                 new_code = cst.Module([]).code_for_node(tidy(cst.parse_expression(new_code)))
             except cst.ParserSyntaxError as exc:
                 raise SynthesisError(f"the rule's template gives invalid Python: {new_code!r}") from exc
+            values = ["None"] * len(returned)
+            if position is not None:
+                values[position] = new_code
+            else:
+                # the helper goes on from the attention's result (`x.transpose(1, 2)...`,
+                # `self.linear_out(x)`): that one returned value restated around the kernel call
+                derived = [(i, translation.around_root(e, root.pos, new_code)) for i, e in enumerate(returned)]
+                derived = [(i, text) for i, text in derived if text is not None]
+                if len(derived) != 1:
+                    raise callsite.CallSiteError("the helper does not return the attention's result")
+                position, values[position] = derived[0]
+                new_code = values[position]
         except callsite.CallSiteError as exc:
             raise SynthesisError(f"cannot be written at the call of `{helper}`: {exc}") from exc
         texts = [_tidy_assignment(text) for text in translation.preamble()]
-        for i, name in enumerate(names):
-            written = name.value
-            texts.append(f"{written} = {new_code if i == position else 'None'}")
+        if target is None:
+            texts.append(f"return {values[0] if len(values) == 1 else ', '.join(values)}")
+        for i, name in enumerate(names if target is not None else ()):
+            texts.append(f"{name.value} = {values[i]}")
         for text in texts:
             try:
                 cst.parse_statement(text)
@@ -975,8 +1006,11 @@ class Synthesizer:
             statements[0] = statements[0].with_changes(leading_lines=call_stmt.node.leading_lines)  # type: ignore[attr-defined]
         new_stmt = statements[0] if len(statements) == 1 else cst.FlattenSentinel(statements)
         if guard is not None:
-            return self._guarded(finding, guard, call_stmt, new_stmt, [], new_code, [])
-        return Edit({call_stmt.node: new_stmt}, set(), {}, [self._footprint(call_stmt.node)], new_code)
+            return self._guarded(finding, guard, call_stmt, new_stmt, list(removable), new_code, [])
+        if removable:
+            new_stmt = self._keep_separation(call_stmt.node, new_stmt, list(removable))
+        footprint = [self._footprint(n) for n in [call_stmt.node, *removable]]
+        return Edit({call_stmt.node: new_stmt}, set(removable), {}, footprint, new_code)
 
     def _kernel_code(self, match: Match, expr: cst.BaseExpression) -> str:
         """The rule's template filled with the match's bindings, in the kernel's layout (`expr`: the
@@ -1428,6 +1462,23 @@ class Synthesizer:
         if isinstance(operand, Const):
             return repr(operand.value)
         raise SynthesisError(f"cannot render {operand!r}")
+
+
+def _false_where_kernel_runs(guard: str) -> dict[str, bool]:
+    """The conditions a guard `a or not b or ...` decides where the kernel runs (none of its terms
+    holds there): `{"a": False, "b": True}`, and the guard itself False."""
+    known = {" ".join(guard.split()): False}
+    try:
+        expr = ast.parse(guard, mode="eval").body
+    except SyntaxError:
+        return known
+    terms = expr.values if isinstance(expr, ast.BoolOp) and isinstance(expr.op, ast.Or) else [expr]
+    for term in terms:
+        if isinstance(term, ast.UnaryOp) and isinstance(term.op, ast.Not):
+            known[" ".join(ast.unparse(term.operand).split())] = True
+        else:
+            known[" ".join(ast.unparse(term).split())] = False
+    return known
 
 
 def _tidy_assignment(text: str) -> str:
