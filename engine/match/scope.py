@@ -318,7 +318,12 @@ def _restatement(use: Node, scores: set[str], ix: MethodIndex,
         return None
     if use.op == "getattr" and not use.via and use.inputs[1:] == (Const("dtype"),) and isinstance(use.inputs[0], Var) \
             and _of_scores(use.inputs[0], dtyped, ix, keeps=_KEEPS_DTYPE):
-        return use, ("dtype",)
+        # only for a dtype's limits (`torch.finfo(s.dtype).min`, a fill value); a test of the dtype
+        # choosing a branch (`if s.dtype == torch.float16:`) decides more than a name
+        users = [u for out in use.outputs for u in ix.uses.get(out, [])]
+        if users and all(u.kind != "phi" and u.op in ("torch.finfo", "torch.iinfo") for u in users):
+            return use, ("dtype",)
+        return None
     if not _of_scores(use.inputs[0], scores, ix):
         return None
     if use.op == ".size" and len(use.inputs) == 2 and not use.kwargs:
