@@ -187,7 +187,9 @@ def test_history_state_is_validated_with_the_valid_states_listed():
 
 def test_shell_completion_is_offered():
     script = run("--show-completion", "bash", prog_name="adopter")
-    assert script.exit_code == 0 and "_ADOPTER_COMPLETE=complete_bash" in script.output
+    # (once, in a whole-suite run only, this exited 1 with no message kept: say why if it happens again)
+    assert script.exit_code == 0 and "_ADOPTER_COMPLETE=complete_bash" in script.output, (
+        script.output, repr(script.exception))
     env = {"_ADOPTER_COMPLETE": "complete_bash", "COMP_WORDS": "adopter history --state f", "COMP_CWORD": "3"}
     assert run(prog_name="adopter", env=env).output.split() == ["failed"]
 
