@@ -307,7 +307,7 @@ def _axes(index: object) -> tuple[str, ...] | None:
 
 
 def _restatement(use: Node, scores: set[str], ix: MethodIndex,
-                 dtyped: set[str] = frozenset()) -> tuple[Node, tuple[str, ...]] | None:  # type: ignore[assignment]
+                 dtyped: set[str] | frozenset[str] = frozenset()) -> tuple[Node, tuple[str, ...]] | None:
     """A read of the scores' metadata that the query and the key state as well, and the node whose
     expression becomes that statement: `s.device` (the query's device), `s.shape[-1]` /
     `s.size(-1)` (the key's length), `s.shape[-2]` (the query's), `s.shape[-2:]` (both), and

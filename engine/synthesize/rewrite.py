@@ -22,6 +22,8 @@ import re
 from dataclasses import dataclass
 
 import libcst as cst
+import libcst.matchers as m
+from libcst.helpers import get_full_name_for_node
 from libcst.metadata import CodeRange
 
 from engine.dsl.ir import Const, Node, Operand, Pos, Seq, Sym, Var
@@ -1543,29 +1545,12 @@ def _from_first_comment(lines) -> list:
     return list(itertools.dropwhile(lambda ln: ln.comment is None, lines))
 
 
-class _Calls(cst.CSTVisitor):
-    def __init__(self) -> None:
-        self.names: list[str | None] = []
-
-    def visit_Call(self, node: cst.Call) -> None:
-        self.names.append(_dotted(node.func))
-
-
-def _dotted(expr: cst.BaseExpression) -> str | None:
-    if isinstance(expr, cst.Name):
-        return expr.value
-    if isinstance(expr, cst.Attribute):
-        base = _dotted(expr.value)
-        return f"{base}.{expr.attr.value}" if base else None
-    return None
-
-
 def _dtype_limits_only(value: cst.BaseExpression) -> bool:
     """`value` computes nothing but a dtype's limits (`-torch.finfo(x.dtype).max`): no call other
     than `torch.finfo`/`torch.iinfo`, so leaving it out changes nothing but that name."""
-    calls = _Calls()
-    value.visit(calls)
-    return bool(calls.names) and all(name in ("torch.finfo", "torch.iinfo") for name in calls.names)
+    calls = m.findall(value, m.Call())
+    return bool(calls) and all(get_full_name_for_node(c.func) in ("torch.finfo", "torch.iinfo")  # type: ignore[attr-defined]
+                               for c in calls)
 
 
 def _without_unread(statements: list, companions: list, after: list) -> list:
