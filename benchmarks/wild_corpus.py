@@ -15,7 +15,11 @@ tabular: pytorch-widedeep; speech separation: asteroid; NLP: stanza; time series
 more held out the same way (audio: torchaudio; graph: torch-geometric; time series: neuralforecast; recommender
 systems: recbole; CTR prediction: deepctr-torch; genomics: enformer-pytorch), and `wild6`, six more held out the
 same way (speech synthesis: coqui-tts; speech recognition: funasr; LM interpretability: transformer-lens; molecular
-property prediction: unimol-tools; tabular: rtdl-revisiting-models; music generation: audiocraft).
+property prediction: unimol-tools; tabular: rtdl-revisiting-models; music generation: audiocraft), and `wild7`, eleven
+more held out the same way (sequence modelling: fairseq; segmentation: mmsegmentation; multimodal: torchmultimodal;
+tabular: pytorch-tabular; self-supervised vision: lightly; audio and music generation: audiolm-pytorch,
+musiclm-pytorch; vision-language: flamingo-pytorch, CoCa-pytorch; memory-augmented LM: memorizing-transformers-pytorch;
+linear attention: performer-pytorch).
 
     python benchmarks/wild_corpus.py              # score table, disagreements, compile/idempotence
     python benchmarks/wild_corpus.py --set wild2  # one set only
@@ -226,6 +230,34 @@ PACKAGES: tuple[Package, ...] = (
             "wild6"),
     Package("audiocraft", "audiocraft", "1.3.0", "music generation",
             ("audiocraft/modules/transformer.py", "audiocraft/solvers/builders.py"), "wild6"),
+    # wild7: held out, labelled by reading the code, by what a correct rewrite could do, before the tool ran on it
+    Package("fairseq", "fairseq", "0.12.2", "sequence modelling", tuple(f"fairseq/{m}.py" for m in (
+        "modules/multihead_attention", "modules/espnet_multihead_attention", "modules/downsampled_multihead_attention",
+        "modules/kmeans_attention", "modules/gelu", "modules/location_attention", "modules/dynamic_convolution",
+        "model_parallel/modules/multihead_attention", "models/lstm", "models/fconv", "optim/adam")), "wild7"),
+    Package("mmsegmentation", "mmsegmentation", "1.2.2", "semantic segmentation", tuple(f"mmseg/models/{m}.py" for m in (
+        "utils/__init__", "utils/self_attention_block", "utils/san_layers", "utils/encoding", "decode_heads/da_head",
+        "decode_heads/dnl_head", "decode_heads/ocr_head", "decode_heads/ema_head", "decode_heads/psa_head",
+        "backbones/twins", "backbones/beit", "backbones/swin", "backbones/vpd")), "wild7"),
+    Package("torchmultimodal", "torchmultimodal-nightly", "2024.4.1", "multimodal", tuple(f"torchmultimodal/{m}.py" for m in (
+        "modules/layers/attention", "modules/layers/normalizations", "models/masked_auto_encoder/swin_decoder",
+        "models/mdetr/image_encoder", "diffusion_labs/modules/losses/vlb_loss", "modules/losses/reconstruction_loss")),
+            "wild7"),
+    Package("pytorch-tabular", "pytorch-tabular", "1.2.0", "tabular", tuple(f"pytorch_tabular/models/{m}.py" for m in (
+        "common/layers/transformers", "base_model", "tab_transformer/tab_transformer", "ft_transformer/ft_transformer")),
+            "wild7"),
+    Package("lightly", "lightly", "1.6.0", "self-supervised vision", tuple(f"lightly/models/{m}.py" for m in (
+        "modules/capi_predictor_timm", "modules/masked_causal_vision_transformer", "utils")), "wild7"),
+    Package("audiolm-pytorch", "audiolm-pytorch", "2.4.0", "audio generation",
+            ("audiolm_pytorch/attend.py", "audiolm_pytorch/audiolm_pytorch.py", "audiolm_pytorch/optimizer.py"), "wild7"),
+    Package("musiclm-pytorch", "musiclm-pytorch", "0.2.8", "music generation",
+            ("musiclm_pytorch/musiclm_pytorch.py", "musiclm_pytorch/trainer.py"), "wild7"),
+    Package("flamingo-pytorch", "flamingo-pytorch", "0.1.2", "vision-language", ("flamingo_pytorch/*.py",), "wild7"),
+    Package("CoCa-pytorch", "CoCa-pytorch", "0.1.0", "vision-language", ("coca_pytorch/*.py",), "wild7"),
+    Package("memorizing-transformers-pytorch", "memorizing-transformers-pytorch", "0.4.1", "memory-augmented LM",
+            ("memorizing_transformers_pytorch/memorizing_transformers_pytorch.py",), "wild7"),
+    Package("performer-pytorch", "performer-pytorch", "1.1.4", "linear attention",
+            ("performer_pytorch/performer_pytorch.py",), "wild7"),
 )
 SETS: tuple[str, ...] = tuple(dict.fromkeys(p.set for p in PACKAGES))
 

@@ -43,6 +43,10 @@ labelled the same way before the tool ran on it, has its own figures: on 2026-12
 TP 15  FP 0  FN 21   P 1.000  R 0.417 (attention alone TP 2 FN 16: split across helpers, metadata reads of
 the scores, ranks through torch.stack, a keyword cast back). After attention whose scores the caller
 hands to a helper was matched through the call (2026-12-05): TP 20  FP 0  FN 16   R 0.556.
+wild7 (fairseq, mmsegmentation, torchmultimodal, pytorch-tabular, lightly, audiolm-pytorch, musiclm-pytorch,
+flamingo-pytorch, CoCa-pytorch, memorizing-transformers-pytorch, performer-pytorch), held out and labelled the same
+way before the tool ran on it, has its own figures: on 2026-12-04, at its first scan, TP 16  FP 0  FN 10  TN 31
+P 1.000  R 0.615 (attention TP 12 FN 7, fused-adamw TP 0 FN 3; norms and GELU all found).
 
 On 2026-12-04 the benchmark started to score what the command line does: a guarded rewrite whose
 kernel never runs with the class's default settings is refused there, and the benchmark had counted
@@ -101,7 +105,7 @@ def _at_least(result: W.Score, tp: int, fp: int, fn: int, precision: float, reca
 def test_precision_and_recall_against_the_labels(scanned, labels):
     _, scans = scanned
     every_site = [s for scan in scans for s in scan.sites]
-    # the figures below were set on wild1 and wild2; wild3 to wild6, labelled later, have ratchets of their own
+    # the figures below were set on wild1 and wild2; wild3 to wild7, labelled later, have ratchets of their own
     wild3 = W.score(W.set_labels(labels, "wild3"), W.set_sites(every_site, "wild3"))
     _at_least(wild3, 69, 0, 9, 1.0, 0.88, "wild3")
     wild4 = W.score(W.set_labels(labels, "wild4"), W.set_sites(every_site, "wild4"))
@@ -110,6 +114,8 @@ def test_precision_and_recall_against_the_labels(scanned, labels):
     _at_least(wild5, 7, 0, 14, 1.0, 0.33, "wild5")
     wild6 = W.score(W.set_labels(labels, "wild6"), W.set_sites(every_site, "wild6"))
     _at_least(wild6, 21, 0, 15, 1.0, 0.58, "wild6")
+    wild7 = W.score(W.set_labels(labels, "wild7"), W.set_sites(every_site, "wild7"))
+    _at_least(wild7, 16, 0, 10, 1.0, 0.61, "wild7")
     labels = W.set_labels(labels, "wild1") + W.set_labels(labels, "wild2")
     sites = W.set_sites(every_site, "wild1") + W.set_sites(every_site, "wild2")
     _at_least(W.score(labels, sites), 130, 0, 2, 1.0, 0.98, "all")
