@@ -488,12 +488,15 @@ def _reads_outside(stmt: cst.CSTNode, guard: cst.BaseExpression) -> set[str]:
 class _Fit(cst.CSTTransformer):
     """Lays out again the statements (and comment lines above them) that no longer fit."""
 
-    def __init__(self, style, column: int, unit: int, widest=lambda node: None) -> None:
+    def __init__(self, style, column: int, unit: int, widest=lambda node: None, was_over=lambda node: False) -> None:
         self.style = style
         self.column = column
         self.unit = unit
         self.depth = 0
         self.widest = widest  # node -> its longest line where known without generating its code
+        # node -> whether a line of it was already over the line length where it stood: the
+        # repository lives with that line, and laying it out anew would only add churn to the diff
+        self.was_over = was_over
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         # only blocks and statements are laid out: a simple statement is measured whole
@@ -506,7 +509,8 @@ class _Fit(cst.CSTTransformer):
         for line in lines:
             comment = line.comment.value if line.comment is not None else None
             room = self.style.line_length - width
-            if comment is None or len(comment) <= room or " " not in comment[2:room]:
+            was_over = comment is not None and len(comment) > room + self.unit  # already too long one block up
+            if comment is None or len(comment) <= room or was_over or " " not in comment[2:room]:
                 out.append(line)
                 continue
             at = comment.rindex(" ", 2, room)  # a comment too long for its new depth: two lines
@@ -526,7 +530,7 @@ class _Fit(cst.CSTTransformer):
         width = self.column + self.depth * self.unit
         updated = updated.with_changes(leading_lines=self._comments(updated.leading_lines, width))
         widest = self.widest(original)
-        if widest is not None and widest + width <= self.style.line_length:
+        if widest is not None and widest + width <= self.style.line_length or self.was_over(original):
             return updated
         text = cst.Module([]).code_for_node(updated.with_changes(leading_lines=[]))
         if max(len(line) for line in text.splitlines()) + width <= self.style.line_length:
@@ -571,6 +575,7 @@ class Synthesizer:
         # the query and key (a kept expression the template copies reads those, not the scores)
         self._restating: list[tuple[Pos, str]] = []
         self._widths: dict[int, int] = {}  # id(indexed simple statement) -> its longest line
+        self._over_lines: set[str] | None = None  # the file's lines over its line length, stripped
         lines = region_text.splitlines(keepends=True)
         # the region's lines as ast numbers them (None where another character also breaks a line)
         self._region_lines = lines if len(lines) == region_text.count("\n") else None
@@ -801,6 +806,19 @@ class Synthesizer:
             text = "".join([lines[where.start.line - 1][where.start.column:], *lines[where.start.line:where.end.line]])
             widest = self._widths[id(node)] = max(len(line) for line in text.splitlines())
         return widest
+
+    def _was_over(self, node: cst.CSTNode) -> bool:
+        """Whether a simple statement has a line that the file already holds over the repository's
+        line length (compared by its text: a branch's statements may be copies of the parse's)."""
+        if not isinstance(node, cst.SimpleStatementLine):
+            return False
+        if self._over_lines is None:
+            limit = self.context.style.line_length
+            self._over_lines = {line.strip() for line in self.lines if len(line.rstrip("\n").expandtabs()) > limit}
+        if not self._over_lines:
+            return False
+        text = cst.Module([]).code_for_node(node.with_changes(leading_lines=[]))
+        return any(line.strip() in self._over_lines for line in text.splitlines())
 
     def _footprint(self, node: cst.CSTNode) -> tuple[int, int]:
         where = self.positions[node]
@@ -1204,7 +1222,7 @@ class Synthesizer:
     def _fit(self, statements: list[cst.CSTNode], column: int) -> list[cst.CSTNode]:
         """`statements`, now one block deeper than at `column`, with each line that no longer fits
         the repository's line length laid out again by the formatter."""
-        fit = _Fit(self.context.style, column, len(self.indent_unit.expandtabs()), self._widest_line)
+        fit = _Fit(self.context.style, column, len(self.indent_unit.expandtabs()), self._widest_line, self._was_over)
         block = cst.IndentedBlock(body=statements).visit(fit)  # type: ignore[arg-type]
         return list(block.body) if isinstance(block, cst.IndentedBlock) else statements
 
