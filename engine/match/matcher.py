@@ -333,30 +333,33 @@ class MethodIndex:
         self._products: dict[int, Node | None] = {}
 
     def __getattr__(self, name: str):
-        # defs, by_op, by_target, cond_text: built together on first use
-        if name in ("defs", "by_op", "by_target", "cond_text"):
+        # defs, by_op, by_target: built together on first use; cond_text when a match is made
+        if name in ("defs", "by_op", "by_target"):
             self._build()
             return self.__dict__[name]
+        if name == "cond_text":
+            cond_text: dict[int, str] = {}
+            for node in self.method.nodes:
+                for cond in node.guard:
+                    if cond.id not in cond_text:
+                        cond_text[cond.id] = cond.text
+            self.cond_text = cond_text
+            return cond_text
         raise AttributeError(name)
 
     def _build(self) -> None:
         defs: dict[str, Node] = {}
         by_op: dict[str, list[Node]] = {}
         by_target: dict[str, list[Node]] = {}
-        cond_text: dict[int, str] = {}
         for node in self.method.nodes:
             for name in node.outputs:
                 defs[name] = node
             by_op.setdefault(node.op, []).append(node)
             if node.target is not None and node.kind == "op":
                 by_target.setdefault(node.target, []).append(node)
-            for cond in node.guard:
-                if cond.id not in cond_text:
-                    cond_text[cond.id] = cond.text
         self.defs = defs
         self.by_op = by_op
         self.by_target = by_target
-        self.cond_text = cond_text
 
     @property
     def shapes(self) -> ShapeFacts:
