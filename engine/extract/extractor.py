@@ -169,8 +169,8 @@ def _fast_constructor(cls: type, names: tuple[str, ...]):
 
 _new_pos = _fast_constructor(Pos, ("file", "line", "col", "end_line", "end_col"))
 _new_var = _fast_constructor(Var, ("name",))
-_const = _fast_constructor(Const, ("value",))
-_sym = _fast_constructor(Sym, ("text",))
+_new_const = _fast_constructor(Const, ("value",))
+_new_sym = _fast_constructor(Sym, ("text",))
 _cond = _fast_constructor(Cond, ("id", "text", "taken"))
 _seq = _fast_constructor(Seq, ("items", "kind"))
 _param = _fast_constructor(Param, ("name", "default", "kind"))
@@ -188,6 +188,45 @@ class _Interned(dict):
 
 
 _VARS: dict[str, Var] = _Interned()  # one Var per SSA name of the file being extracted (cleared after it)
+
+
+class _InternedSyms(dict):
+    """Text -> its one Sym, as `_VARS` (a file repeats `config`, `self.num_heads`, `torch.long`)."""
+
+    __slots__ = ()
+
+    def __missing__(self, text: str) -> Sym:
+        found = self[text] = _new_sym(text)
+        return found
+
+
+_SYMS: dict[str, Sym] = _InternedSyms()  # cleared after each file, as _VARS
+
+
+class _InternedConsts(dict):
+    """(type, value) -> its one Const: equal values of different types (1, 1.0, True) stay apart."""
+
+    __slots__ = ()
+
+    def __missing__(self, key: tuple[type, object]) -> Const:
+        found = self[key] = _new_const(key[1])
+        return found
+
+
+_CONSTS: dict[tuple[type, object], Const] = _InternedConsts()  # cleared after each file, as _VARS
+
+
+def _sym(text: str) -> Sym:
+    return _SYMS[text]
+
+
+def _const(value: Any) -> Const:
+    """A Const of `value`; one object per file for each None, bool, int and str (most constants are
+    None, 0, 1, -1 or an attribute name): the same value, fewer objects to make and free."""
+    t = type(value)
+    if value is None or t is int or t is str or t is bool:
+        return _CONSTS[(t, value)]
+    return _new_const(value)
 
 _new_node = _fast_constructor(Node, ("kind", "op", "inputs", "kwargs", "outputs", "target", "guard", "pos", "via"))
 
@@ -266,6 +305,8 @@ def extract_tree(tree: ast.Module, text: str, path: str = "<string>", module: st
         return _FileExtractor(tree, src, module, path.endswith("__init__.py"), package).run()
     finally:
         _VARS.clear()
+        _SYMS.clear()
+        _CONSTS.clear()
         if gc_was_enabled:
             gc.enable()
         _SOURCE.reset(token)
@@ -420,7 +461,7 @@ class _FileExtractor:
         attr = target.partition(".")[2]
         related = [info for name, info in self.classes.items()
                    if info in chain or any(base in chain for base in self.mro(name))]
-        stores = [n for info in related for fn in info.methods.values() for n in ast.walk(fn)
+        stores = [n for info in related for fn in info.methods.values() for n in _walk(fn)
                   if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store) and n.attr == attr
                   and isinstance(n.value, ast.Name) and n.value.id == "self"]
         return owners if len(stores) == 1 else []
@@ -442,11 +483,13 @@ class _FileExtractor:
                 owners.append(info)
                 me = fn.args.args[0].arg
                 reaching = False
-                for n in ast.walk(fn):
+                todo: list[ast.AST] = [fn]
+                for n in todo:  # breadth first, as ast.walk (not compiled), up to the first read of `self`
                     if isinstance(n, ast.Name) and n.id == me:
                         return []
                     if isinstance(n, ast.Call) and _is_bare_super(n):
                         reaching = True
+                    _add_children(n, todo)
             base = info.bases[0]
             if base in _MODULE_BASES:
                 return [] if reaching else owners  # a super().forward(...) reaching nn.Module's raises
@@ -2339,20 +2382,24 @@ def _walk(e: ast.AST) -> list[ast.AST]:
     """The nodes of `e`'s subtree, breadth first like `ast.walk` (which is not compiled: this runs
     for every condition of an inlined helper)."""
     todo: list[ast.AST] = [e]
-    append = todo.append
     for node in todo:  # grows while it is walked
-        for name in node._fields:
-            try:
-                value = getattr(node, name)
-            except AttributeError:
-                continue
-            if isinstance(value, _AST):
-                append(value)
-            elif isinstance(value, list):
-                for item in value:
-                    if isinstance(item, _AST):
-                        append(item)
+        _add_children(node, todo)
     return todo
+
+
+def _add_children(node: ast.AST, todo: list[ast.AST]) -> None:
+    """Append the child nodes of `node` to `todo`, in the order of `ast.iter_child_nodes`."""
+    for name in node._fields:
+        try:
+            value = getattr(node, name)
+        except AttributeError:
+            continue
+        if isinstance(value, _AST):
+            todo.append(value)
+        elif isinstance(value, list):
+            for item in value:
+                if isinstance(item, _AST):
+                    todo.append(item)
 
 
 def _renamed(text: str, test: ast.expr, renames: dict[str, str]) -> str:

@@ -333,30 +333,33 @@ class MethodIndex:
         self._products: dict[int, Node | None] = {}
 
     def __getattr__(self, name: str):
-        # defs, by_op, by_target, cond_text: built together on first use
-        if name in ("defs", "by_op", "by_target", "cond_text"):
+        # defs, by_op, by_target: built together on first use; cond_text when a match is made
+        if name in ("defs", "by_op", "by_target"):
             self._build()
             return self.__dict__[name]
+        if name == "cond_text":
+            cond_text: dict[int, str] = {}
+            for node in self.method.nodes:
+                for cond in node.guard:
+                    if cond.id not in cond_text:
+                        cond_text[cond.id] = cond.text
+            self.cond_text = cond_text
+            return cond_text
         raise AttributeError(name)
 
     def _build(self) -> None:
         defs: dict[str, Node] = {}
         by_op: dict[str, list[Node]] = {}
         by_target: dict[str, list[Node]] = {}
-        cond_text: dict[int, str] = {}
         for node in self.method.nodes:
             for name in node.outputs:
                 defs[name] = node
             by_op.setdefault(node.op, []).append(node)
             if node.target is not None and node.kind == "op":
                 by_target.setdefault(node.target, []).append(node)
-            for cond in node.guard:
-                if cond.id not in cond_text:
-                    cond_text[cond.id] = cond.text
         self.defs = defs
         self.by_op = by_op
         self.by_target = by_target
-        self.cond_text = cond_text
 
     @property
     def shapes(self) -> ShapeFacts:
@@ -626,14 +629,17 @@ class _State:
         self.used: set[int] = set()
 
     def copy(self) -> _State:
-        other = _State.__new__(_State)
-        other.bindings = dict(self.bindings)
-        other.nodes = dict(self.nodes)
-        other.conds = dict(self.conds)
+        other = _new_state(_State)
+        other.bindings = self.bindings.copy()
+        other.nodes = self.nodes.copy()
+        other.conds = self.conds.copy()
         other.skipped = self.skipped
         other.relaxed = self.relaxed
-        other.used = set(self.used)
+        other.used = self.used.copy()
         return other
+
+
+_new_state = object.__new__  # a _State without running __init__ (copies set every slot)
 
 
 def _stmt_key(stmt: PStmt, index: int) -> str:
@@ -899,14 +905,17 @@ class _Matcher:
         if node.kind == "phi":
             out: list = found
             cid_operand = node.kwarg("if")
+            decides = isinstance(cid_operand, Const) and isinstance(cid_operand.value, int) and len(node.inputs) == 2
             for position, branch in enumerate(node.inputs):
-                s = state.copy()
-                if isinstance(cid_operand, Const) and isinstance(cid_operand.value, int) and len(node.inputs) == 2:
-                    cid = cid_operand.value
+                if decides:
+                    cid = cid_operand.value  # type: ignore[union-attr]
                     taken = position == 0
-                    if s.conds.get(cid, taken) != taken:
-                        continue
+                    if state.conds.get(cid, taken) != taken:
+                        continue  # the state took the other branch
+                    s = state.copy()
                     s.conds[cid] = taken
+                else:
+                    s = state.copy()
                 out.extend(self.producers(branch, s))
             return out
         if found:
@@ -1146,6 +1155,38 @@ def training_methods(cls: ClassModel) -> list[Method]:
     return chosen
 
 
+class _Names:
+    """Op names joined over several methods (and the types of their layer calls, made when a glob
+    asks), asked as `MethodIndex.may_match` asks one method's: a `Needs` that one of the methods
+    meets, the union meets."""
+
+    __slots__ = ("names", "methods", "_layer_types", "_clauses")
+
+    def __init__(self, names: set[str], methods: list[Method]) -> None:
+        self.names = names
+        self.methods = methods
+        self._layer_types: frozenset[str] | None = None
+        self._clauses: dict[int, bool] = {}
+
+    def may_match(self, need: Needs) -> bool:
+        if not need.names <= self.names:
+            return False
+        for key, clause in need.clauses:
+            hit = self._clauses.get(key)
+            if hit is None:
+                hit = self._clauses[key] = any(self._has(alt) for alt in clause)
+            if not hit:
+                return False
+        return True
+
+    def _has(self, alt: OpAlt) -> bool:
+        if "*" in alt.name and alt.kind == "layer":  # as MethodIndex._clause
+            if self._layer_types is None:
+                self._layer_types = frozenset(n.op for m in self.methods for n in m.nodes if n.kind == "layer")
+            return any(_glob_hit(alt.name, t) for t in self._layer_types)
+        return alt.name in self.names
+
+
 class FileIndexes:
     """The method indexes of one file: those of the training methods, and (built when a rule that
     matches `anywhere` first asks) those of every method, sharing the former's objects."""
@@ -1154,7 +1195,7 @@ class FileIndexes:
         self.file = file
         self.training = list(iter_indexes(file))
         self._every: list[MethodIndex] | None = None
-        self._names: dict[bool, set[str]] = {}
+        self._whole: dict[bool, _Names] = {}  # anywhere -> the names of the methods looked at, joined
 
     @property
     def every(self) -> list[MethodIndex]:
@@ -1177,16 +1218,45 @@ class FileIndexes:
         return self.every if anywhere else self.training
 
     def candidates(self, rule: Rule) -> list[MethodIndex]:
-        """The indexes of the methods where `rule` may match (see `needs`)."""
-        common = needs(rule)[0]
-        indexes = self.indexes(rule.anywhere)
-        names = self._names.get(rule.anywhere)
-        if names is None:
-            names = self._names[rule.anywhere] = set().union(*(ix.names for ix in indexes))
-        if not common.names <= names:
+        """The indexes of the methods where `rule` may match (see `needs`). The file as a whole is
+        asked first: where no pattern of the rule has every op it needs in the methods looked at
+        (their names joined), no method has, and none of their indexes is made."""
+        common, per_pattern = needs(rule)
+        whole = self._whole.get(rule.anywhere)
+        if whole is None:
+            whole = self._whole[rule.anywhere] = self._file_names(rule.anywhere)
+        if not any(whole.may_match(need) for _, need in per_pattern):
             return []
-        need = common.names  # every index's names are made (above): most fail this test, without a call
-        return [ix for ix in indexes if need <= ix._names and ix.may_match(common)]  # type: ignore[operator]
+        need = common.names
+        return [ix for ix in self.indexes(rule.anywhere) if need <= ix.names and ix.may_match(common)]
+
+    def _file_names(self, anywhere: bool) -> _Names:
+        """The op and target names of every method looked at (`indexes(anywhere)`) and of its
+        class's layers, joined: what `MethodIndex.names` holds for one method. The methods that are
+        not training methods are read from their nodes, without an index each (most files have no
+        optimizer, which is what the rules that look at every method ask for)."""
+        training = self.training
+        if not anywhere:
+            return _Names(set().union(*(ix.names for ix in training)), [ix.method for ix in training])
+        known = self._whole.get(False)
+        if known is None:
+            known = self._whole[False] = self._file_names(False)
+        names = set(known.names)
+        methods = list(known.methods)
+        seen = {id(m) for m in methods}
+        for cls in self.file.classes:
+            for layer in cls.layers:
+                for item in (layer, *layer.items):
+                    spec = C.LAYER_OPS.get(item.type)
+                    if spec is not None:
+                        names.add(spec[0])
+            for method in cls.methods:
+                if id(method) not in seen:
+                    methods.append(method)
+                    nodes = method.nodes
+                    names.update([n.op for n in nodes])
+                    names.update([n.target for n in nodes])  # None too, as in MethodIndex.names
+        return _Names(names, methods)
 
 
 def iter_indexes(file: FileModel, everywhere: bool = False):

@@ -777,23 +777,23 @@ def _both_branches(match: Match, cid: int, taken: bool, siblings: list[Match], i
     fold = constraints.folded_mask(match, ix.shapes) if folded is not None else None
     fold_steps = {"mask2": {"s2u", "s2m", "s2v"}, "mask": {"sv", "s2", "s2u"}}[fold[0]] if fold is not None else set()
 
-    def same_steps(other: Match) -> bool:
-        mine, absent = steps(match)
-        theirs, their_absent = steps(other)
-        return (theirs, their_absent) == (mine - fold_steps, sorted({*absent, *(fold_steps & mine)}))
+    mine = steps(match)  # the match is not changed below (a constraint may change a sibling)
+    folded_steps = (mine[0] - fold_steps, sorted({*mine[1], *(fold_steps & mine[0])}))
+    my_outside = outside(match)
 
+    # the tests are pure: the cheap ones first (most siblings take the same branch)
     for other in siblings:
-        if other is match or other.pattern is not match.pattern or other.relaxed \
-                or (steps(other) != steps(match) and not _upcast_choice(match, other, cid, taken, ix)
-                    and not _float_softmax_spellings(match, other) and not (fold_steps and same_steps(other))) \
-                or not within(other, not taken) \
-                or other.conditions.get(cid) != (not taken) or outside(other) != outside(match) \
+        if other is match or other.conditions.get(cid) != (not taken) or other.pattern is not match.pattern \
+                or other.relaxed or not within(other, not taken) \
+                or (steps(other) != mine and not _upcast_choice(match, other, cid, taken, ix)
+                    and not _float_softmax_spellings(match, other) and not (fold_steps and steps(other) == folded_steps)) \
+                or outside(other) != my_outside \
                 or any(match.conditions.get(c, t) != t for c, t in other.conditions.items() if c != cid) \
                 or any(other.conditions.get(c, t) != t for c, t in match.conditions.items() if c != cid):
             continue
         if any(constraints.CHECKS[name](other, ix) for name in match.rule.constraints):
             continue
-        unfolded = steps(other) != steps(match)  # the other branch adds no mask through the views
+        unfolded = steps(other) != mine  # the other branch adds no mask through the views
         bound = {n for n in names if n in match.bindings and not (unfolded and fold is not None and n == fold[0])}
         if bound != {n for n in names if n in other.bindings} \
                 or any(match.bindings[n] != other.bindings[n] for n in bound):
