@@ -102,6 +102,9 @@ class Match:
     # the variable a mask added through the scores' split views is assigned to, folded into their
     # layout, on the branch where it is set (scope `_optional_fold`): the kernel takes that variable
     fold_into: str | None = None
+    # the variable a fill's mask is computed from on the branch that fills, where the other branch
+    # fills nothing (scope `_both_branches`): the kernel after the merge tests it for None
+    fill_through: str | None = None
 
     @property
     def matched_nodes(self) -> list[Node]:
