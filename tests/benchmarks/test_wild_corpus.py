@@ -42,7 +42,9 @@ wild6 (coqui-tts, funasr, transformer-lens, unimol-tools, rtdl-revisiting-models
 labelled the same way before the tool ran on it, has its own figures: on 2026-12-04, at its first scan,
 TP 15  FP 0  FN 21   P 1.000  R 0.417 (attention alone TP 2 FN 16: split across helpers, metadata reads of
 the scores, ranks through torch.stack, a keyword cast back). After attention whose scores the caller
-hands to a helper was matched through the call (2026-12-05): TP 20  FP 0  FN 16   R 0.556.
+hands to a helper was matched through the call (2026-12-05): TP 20  FP 0  FN 16   R 0.556. After the
+helper's statements were repeated at its call, its metadata reads restated on the query, and a
+shadowed class of a reused name read (funasr's export and streaming SANM): TP 25  FP 0  FN 11   R 0.694.
 
 On 2026-12-04 the benchmark started to score what the command line does: a guarded rewrite whose
 kernel never runs with the class's default settings is refused there, and the benchmark had counted
@@ -109,7 +111,7 @@ def test_precision_and_recall_against_the_labels(scanned, labels):
     wild5 = W.score(W.set_labels(labels, "wild5"), W.set_sites(every_site, "wild5"))
     _at_least(wild5, 7, 0, 14, 1.0, 0.33, "wild5")
     wild6 = W.score(W.set_labels(labels, "wild6"), W.set_sites(every_site, "wild6"))
-    _at_least(wild6, 21, 0, 15, 1.0, 0.58, "wild6")
+    _at_least(wild6, 25, 0, 11, 1.0, 0.69, "wild6")
     labels = W.set_labels(labels, "wild1") + W.set_labels(labels, "wild2")
     sites = W.set_sites(every_site, "wild1") + W.set_sites(every_site, "wild2")
     _at_least(W.score(labels, sites), 130, 0, 2, 1.0, 0.98, "all")
