@@ -33,7 +33,9 @@ figures too: on 2026-12-03, at its first scan, TP 11  FP 0  FN 11   P 1.000  R 0
 On 2026-12-03, after einsums over several axes (USES, SepViT), a softmax axis held by a setting of
 the module under a guard (parlai), a base class from another file (mixmim) and fairseq's manual MHA
 (ESM-2): wild1 TP 96 FN 1, wild2 TP 34 FN 1 (together TP 130 FN 2, sdpa TP 103 FN 2), wild3 TP 70
-FN 8, all four sets FP 0; wild1-3 together TP 200 FN 10, R 0.952.
+FN 8, all four sets FP 0; wild1-3 together TP 200 FN 10, R 0.952. On 2026-12-05, after a mask written
+out again at the post-softmax zero re-fill was read as the same mask (speechbrain's RelPosMHAXL): wild1
+TP 97 FN 0 (wild1 and wild2 together TP 131 FN 1, sdpa TP 104 FN 1).
 
 wild5 (torchaudio, torch-geometric, neuralforecast, recbole, deepctr-torch, enformer-pytorch), held out
 and labelled the same way before the tool ran on it, has its own figures: on 2026-12-04, at its first
@@ -114,11 +116,11 @@ def test_precision_and_recall_against_the_labels(scanned, labels):
     _at_least(wild6, 25, 0, 11, 1.0, 0.69, "wild6")
     labels = W.set_labels(labels, "wild1") + W.set_labels(labels, "wild2")
     sites = W.set_sites(every_site, "wild1") + W.set_sites(every_site, "wild2")
-    _at_least(W.score(labels, sites), 130, 0, 2, 1.0, 0.98, "all")
-    _at_least(W.score(W.set_labels(labels, "wild1"), W.set_sites(sites, "wild1")), 96, 0, 1, 1.0, 0.98, "wild1")
+    _at_least(W.score(labels, sites), 131, 0, 1, 1.0, 0.99, "all")
+    _at_least(W.score(W.set_labels(labels, "wild1"), W.set_sites(sites, "wild1")), 97, 0, 0, 1.0, 1.0, "wild1")
     _at_least(W.score(W.set_labels(labels, "wild2"), W.set_sites(sites, "wild2")), 34, 0, 1, 1.0, 0.97, "wild2")
     sdpa = W.score([lb for lb in labels if lb.rule == "sdpa-attention"], [s for s in sites if s.rule == "sdpa-attention"])
-    _at_least(sdpa, 103, 0, 2, 1.0, 0.98, "sdpa-attention")
+    _at_least(sdpa, 104, 0, 1, 1.0, 0.99, "sdpa-attention")
     norm_rules = {"layer-norm", "rms-norm"}
     norms = W.score([lb for lb in labels if lb.rule in norm_rules], [s for s in sites if s.rule in norm_rules])
     _at_least(norms, 20, 0, 0, 1.0, 1.0, "norms")
