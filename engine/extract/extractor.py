@@ -394,7 +394,8 @@ class _FileExtractor:
         self.package = package  # engine.extract.package.PackageIndex: bases from the repository's other files
         self.imports = Imports(tree, module, is_package)
         self.functions: dict[str, ast.FunctionDef] = {}
-        self.classes: dict[str, ClassInfo] = {}
+        self.classes: dict[str, ClassInfo] = {}  # by name: the last class of a name, as code after it sees
+        self.defined: list[ClassInfo] = []  # every class in order, a shadowed one of a reused name too
         self.diagnostics: list[Diagnostic] = []
         self._generators: dict[int, bool] = {}
         self._init_layers: dict[int, tuple[LayerDef, ...]] = {}  # id(__init__) -> its layers (the tree outlives this)
@@ -410,6 +411,7 @@ class _FileExtractor:
                     if isinstance(item, ast.FunctionDef):
                         info.methods[item.name] = item
                 self.classes[stmt.name] = info
+                self.defined.append(info)
 
     def init_layers(self, init: ast.FunctionDef) -> tuple[LayerDef, ...]:
         """The layers an `__init__` of this file builds; a base class's `__init__` is read once for
@@ -427,13 +429,14 @@ class _FileExtractor:
             self._generators[id(fn)] = known
         return known
 
-    def mro(self, name: str) -> list[ClassInfo]:
-        """The class and its bases defined in this file, nearest first."""
+    def mro(self, name: str | ClassInfo) -> list[ClassInfo]:
+        """The class (by name, or itself: a class shadowed by a later one of its name) and its bases
+        defined in this file, nearest first."""
         out: list[ClassInfo] = []
-        todo = [name]
+        todo: list[str | ClassInfo] = [name]
         while todo:
             current = todo.pop(0)
-            info = self.classes.get(current)
+            info = current if isinstance(current, ClassInfo) else self.classes.get(current)
             if info is None or info in out:
                 continue
             out.append(info)
@@ -499,7 +502,8 @@ class _FileExtractor:
 
     def run(self) -> FileModel:
         classes: list[ClassModel] = []
-        for name, info in self.classes.items():
+        for info in self.defined:
+            name = info.node.name
             if not _is_module_class(info, self.classes):
                 continue
             try:
@@ -562,7 +566,7 @@ class _FileExtractor:
         return layers
 
     def extract_class(self, name: str, info: ClassInfo) -> ClassModel:
-        chain = self.mro(name)
+        chain = self.mro(info)
         # layers built by base classes' __init__ first, then this class's own
         layers = self.chain_layers(chain)
         if any(layer.type == "?" for layer in layers):  # the text search only where it can drop one

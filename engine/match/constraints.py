@@ -65,6 +65,9 @@ def _fill_values(value, ix: MethodIndex, depth: int = 0) -> list:
     for the result of a helper that returns one of several values, each of them (a fill chosen by
     dtype, `neginf(s.dtype)` returning `-65504` for float16 and `-1e20` otherwise)."""
     node = ix.defs.get(value.name) if isinstance(value, Var) and depth < 8 else None
+    if node is not None and node.kind == "op" and node.op == "assign" and len(node.inputs) == 1 and not node.kwargs \
+            and isinstance(node.inputs[0], (Const, Sym)):
+        return _fill_values(node.inputs[0], ix, depth + 1)  # a local holding the value (funasr's `min_value`)
     if node is not None and node.kind == "phi" and node.inputs and node.kwarg("if") is None:
         # the merge of an inlined helper's returns (a merge of the function's own branches has its
         # decision, and the statements choosing its value would outlive the fill)
@@ -90,7 +93,7 @@ def _fill_is_minus_infinity(match: Match, ix: MethodIndex) -> str | None:
     text = _dim_text(value, ix) if isinstance(value, Var) else repr(getattr(value, "text", getattr(value, "value", value)))
     if not all(_drops_keys(v, ix) for v in values):
         return f"masked_fill value {text} is not -inf"
-    if len({_fill_is_infinite(v) for v in values}) > 1 and "pz" not in match.nodes:
+    if len({_fill_is_infinite(v) for v in values}) > 1 and not _refilled(match):
         where = "of `__init__`" if isinstance(value, Sym) else "of the helper computing it"
         return (f"masked_fill value {text} is -inf on some paths {where} and finite on others: rows whose "
                 "every key is masked are NaN on the one and the average of v on the other")
@@ -636,18 +639,33 @@ def _fill_is_infinite(value) -> bool:
     return number is not None and number == float("-inf")
 
 
+def _refilled(match: Match) -> bool:
+    """The probabilities are filled with 0 under the fill's mask after the softmax, before the
+    dropout (`$pr`) or after it (`$pz`): a zero stays zero under dropout, so either sets the rows
+    whose every key is masked to 0 (NaN there under a -inf fill, the average of v under a finite one)
+    and changes no other entry (a masked key's probability is already 0 in a row that keeps one)."""
+    return "pr" in match.nodes or "pz" in match.nodes
+
+
 def _fully_masked_rows_keep_original(match: Match, ix: MethodIndex) -> str | None:
     """A query row whose every key is masked by `masked_fill(mask, fill)` is, in the original, the
     softmax of equal values: the plain average of `v` for a finite fill (-1e9, finfo.min), NaN for
-    -inf. The rewrite reproduces both: it zeroes those rows' queries and unmasks them (scores 0,
-    so the kernel averages `v` and no gradient reaches `q` or `k`, as `masked_fill` blocks it), and
-    for an infinite fill binds `$nan_rows` so the template sets those output rows to NaN. Where the
-    probabilities are filled with 0 under the same mask after the softmax (`$pz`, speechbrain's fix-up
-    of NaN rows), those rows are 0 whatever the fill, and so `$nan_rows` is 0."""
-    if "pz" in match.nodes:
+    -inf. The rewrite unmasks those rows (so that the kernel computes no NaN, forward or backward).
+    For a finite fill it zeroes their queries (`$zero_query`: scores 0, so the kernel averages `v`
+    and no gradient reaches `q` or `k`, as `masked_fill` blocks it); for an infinite fill it binds
+    `$nan_rows` so the template sets those output rows to NaN. Where the probabilities are filled
+    with 0 under the same mask after the softmax (`$pz`, speechbrain's fix-up of NaN rows; `$pr`
+    before the dropout, funasr's), those rows are 0 whatever the fill, and so `$nan_rows` is 0.
+    Where the output rows are set, their queries need not be zeroed: that fill of the output passes
+    no gradient back to them."""
+    if _refilled(match):
         match.bindings["nan_rows"] = Const(0.0)
     elif "fmask" in match.bindings and all(_fill_is_infinite(v) for v in _fill_values(match.bindings.get("fill"), ix)):
         match.bindings["nan_rows"] = Sym('float("nan")')
+    elif "fmask" in match.bindings:
+        # the rows average v: their queries are zeroed (where the rows are set to NaN or 0 on the
+        # output instead, their queries need not be: that fill passes no gradient back to them)
+        match.bindings["zero_query"] = Const(0)
     return None
 
 
@@ -780,7 +798,7 @@ def _scores_permuted_back(match: Match, ix: MethodIndex) -> str | None:
             continue
         moved = _moved_axes(inverse, ix.shapes.rank(mask), _min_rank(mask, ix))
         if moved is None:
-            named = "" if isinstance(mask, Var) and _TEMP.match(mask.name) else f" `{render(mask)}`"
+            named = "" if isinstance(mask, Var) and TEMP.match(mask.name) else f" `{render(mask)}`"
             return f"the mask{named} of the permuted scores has no proven rank to move its axes by"
         match.relayout[name] = moved
     return None
@@ -807,7 +825,7 @@ def _one_row_products(match: Match, ix: MethodIndex) -> str | None:
         if mask is None:
             continue
         if _min_rank(mask, ix) < 1:
-            named = "" if isinstance(mask, Var) and _TEMP.match(mask.name) else f" `{render(mask)}`"
+            named = "" if isinstance(mask, Var) and TEMP.match(mask.name) else f" `{render(mask)}`"
             return f"the mask{named} of a single query's scores is not proven to have an axis to add the query's before"
         match.relayout[name] = ".unsqueeze(-2)"
     return None
@@ -963,10 +981,10 @@ def _probabilities_plus_term(match: Match, ix: MethodIndex) -> str | None:
             "kernel replaces"
     if ix.shapes.shape(term) is None:
         return "the term added to the probabilities is not provably a tensor"
-    if not _PLAIN_NAME.fullmatch(render(term)) or _TEMP.search(render(term)):
+    if not _PLAIN_NAME.fullmatch(render(term)) or TEMP.search(render(term)):
         return "the term added to the probabilities is no plain name (it is read twice)"
     value, product = match.bindings.get("v"), match.nodes["out"]
-    if not isinstance(value, Var) or not _PLAIN_NAME.fullmatch(render(value)) or _TEMP.search(render(value)) \
+    if not isinstance(value, Var) or not _PLAIN_NAME.fullmatch(render(value)) or TEMP.search(render(value)) \
             or product.target in C.EINSUM_FUNCTIONS:
         return "the value the probabilities and the added term multiply is no plain name"
     return None
@@ -977,7 +995,7 @@ CHECKS["probabilities_plus_term"] = _probabilities_plus_term
 CHECKS["scaled_after_fill"] = _scaled_after_fill
 
 
-_TEMP = re.compile(r"_t\d+$")  # the extractor's name for a value the source does not name
+TEMP = re.compile(r"_t\d+$")  # the extractor's name for a value the source does not name
 _FUSED_DEVICES = '("cpu", "cuda")'  # where torch>=2.4 has a fused Adam/AdamW kernel
 
 
@@ -1046,7 +1064,7 @@ def _fused_where_params_live(match: Match, ix: MethodIndex) -> str | None:
     params = node.inputs[0] if node.inputs else node.kwarg("params")
     producer = ix.defs.get(params.name) if isinstance(params, Var) else None
     text = params.text if isinstance(params, Sym) else None
-    if producer is not None and (producer.op == "generatorexp" or producer.op == "listcomp" and _TEMP.match(params.name)):
+    if producer is not None and (producer.op == "generatorexp" or producer.op == "listcomp" and TEMP.match(params.name)):
         text = producer.kwarg("text").text if isinstance(producer.kwarg("text"), Sym) else None
     source = _parameters_selected_from(text, lambda name: _bound_in_file(match.file.path, name)) if text else None
     if source is not None:

@@ -102,6 +102,9 @@ class Match:
     # the variable a mask added through the scores' split views is assigned to, folded into their
     # layout, on the branch where it is set (scope `_optional_fold`): the kernel takes that variable
     fold_into: str | None = None
+    # the variable a fill's mask is computed from on the branch that fills, where the other branch
+    # fills nothing (scope `_both_branches`): the kernel after the merge tests it for None
+    fill_through: str | None = None
 
     @property
     def matched_nodes(self) -> list[Node]:
@@ -259,6 +262,12 @@ def _literal_equal(expected: object, operand: Operand) -> bool:
             return value == 0
         return abs(value - expected) <= 1e-6 * abs(expected)
     return False
+
+
+# steps whose result depends on their operands alone (no state, no randomness, nothing in place)
+_DETERMINISTIC = {".view", ".reshape", ".unsqueeze", ".squeeze", ".to", ".bool", ".float", ".long", ".int", ".type_as",
+                  ".eq", ".ne", ".lt", ".le", ".gt", ".ge", ".logical_not", ".transpose", ".permute", ".expand",
+                  ".contiguous", ".flatten", "getitem", "invert", "add", "sub", "mul", "div", "and_", "or_", "scale"}
 
 
 def _same(a: Operand, b: Operand) -> bool:
@@ -821,7 +830,23 @@ class _Matcher:
         if have is None:
             state.bindings[var] = operand
             return True
-        return _same(have, self.through_assign(operand)) or _same(self.through_assign(have), self.through_assign(operand))
+        return _same(have, self.through_assign(operand)) or _same(self.through_assign(have), self.through_assign(operand)) \
+            or self.recomputed(self.through_assign(have), self.through_assign(operand))
+
+    def recomputed(self, a: Operand, b: Operand, depth: int = 0) -> bool:
+        """`a` and `b` are one value computed twice: the same deterministic step (a view, a cast, a
+        comparison, an index, arithmetic) of the same values (speechbrain fills and re-fills under
+        `key_padding_mask.view(bsz, 1, 1, klen)`, written out at each)."""
+        if _same(a, b):
+            return True
+        if not isinstance(a, Var) or not isinstance(b, Var) or depth > 4:
+            return False
+        x, y = self.ix.defs.get(a.name), self.ix.defs.get(b.name)
+        if x is None or y is None or x.kind != "op" or y.kind != "op" or x.op != y.op or x.op not in _DETERMINISTIC \
+                and not x.op.startswith("compare:") or len(x.inputs) != len(y.inputs) or len(x.kwargs) != len(y.kwargs):
+            return False
+        return all(self.recomputed(i, j, depth + 1) for i, j in zip(x.inputs, y.inputs, strict=True)) \
+            and all(k == m and self.recomputed(i, j, depth + 1) for (k, i), (m, j) in zip(x.kwargs, y.kwargs, strict=True))
 
     def through_assign(self, operand: Operand) -> Operand:
         seen = 0

@@ -447,10 +447,17 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding | N
             return near_miss(problem)
 
     finding.companions.extend(_read_only_by(match.companions, matched_ids, ix))
+    # a local holding the fill's value that only the fill reads (funasr's `min_value = -float("inf")`)
+    fill = match.bindings.get("fill")
+    held = ix.defs.get(fill.name) if isinstance(fill, Var) else None
+    if held is not None and held.kind == "op" and held.op == "assign" and len(held.inputs) == 1 \
+            and isinstance(held.inputs[0], (Const, Sym)) and held not in finding.companions:
+        finding.companions.extend(_read_only_by([held], matched_ids, ix))
     finding.dead.extend(match.dead)
     # decisions where the other branch computes the same rewrite: its nodes go with the match
     both_ways: set[int] = set()
     match.fold_into = None
+    match.fill_through = None
     for cid, taken in sorted(match.extra_conditions.items()):
         both = _both_branches(match, cid, taken, siblings, ix, matched_ids | {id(n) for n in finding.companions})
         if both is not None:
@@ -542,6 +549,9 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding | N
     fills = []  # (decision, branch, variable) where the fill's mask is set on that branch only
     match.bindings.pop("fthrough", None)
     match.optional.discard("fmask")
+    if match.fill_through is not None:  # filled on one branch of a decision the kernel runs on both of
+        match.bindings["fthrough"] = Sym(match.fill_through)
+        match.optional.add("fmask")
     for cid, taken in sorted(match.extra_conditions.items()):
         if cid in both_ways:
             continue
@@ -569,6 +579,11 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding | N
     # (engine/synthesize/callsite.py), the caller's statements that made the scores go
     into_call = len(match.root.via) == 1 and bodies == {(), match.root.via} and not rule.detect_only
     at_call = at_call or into_call
+    if into_call:
+        # reported where the edit is: the caller's statements that make the scores, and the call
+        # (the helper's lines stay as they are, and another call of it has a finding of its own)
+        spots = [n.pos for n in nodes if not n.via and n.pos is not None] + [match.root.via[0]]
+        finding.line, finding.end_line = min(p.line for p in spots), max(p.end_line for p in spots)
     if len(bodies) > 1 and "same_helper" not in rule.constraints and not at_call:
         return near_miss("the match spans a helper function and its caller; rewrite the helper by hand or inline it")
 
@@ -668,41 +683,71 @@ def _optional_fill(match: Match, subject: Var, cid: int, ix: MethodIndex) -> str
     (`mask = mask[:, None, None, :]`, then `s.masked_fill(~mask, fill)`), and the fill is the only
     mask: the kernel then takes that mask where the variable is set and none where it is None
     (`None if mask is None else ...`, the fix-up of fully masked rows included; a -inf fill, whose
-    NaN rows the template writes unconditionally, is not taken). The test at the kernel reads the
+    NaN rows the template writes on its result, is taken only where that result is assigned to a name
+    of its own, `x = attn @ v`: synthesis then writes the rows' fix-up as a statement under the test,
+    `if mask is not None: x = x.masked_fill(...)`). The test at the kernel reads the
     variable's name after the merge, so on the branch where it is set that name must hold no None:
     each step of the mask's computation gives no tensor of a None (a tensor method, `~`, an index,
     a torch or einops function raise; `None == 0` is a bool), and `masked_fill` takes a tensor mask
     only, so where the fill runs every value of that computation is set. Returns the variable's
     name, None where the fill is not such a one."""
     fmask = match.bindings.get("fmask")
-    if not isinstance(fmask, Var) or any(name in match.bindings for name in ("mask", "mask2", "keep", "nan_rows")):
+    if not isinstance(fmask, Var) or any(name in match.bindings for name in ("mask", "mask2", "keep")):
         return None
-    chain = _none_raising_chain(fmask, subject, ix)
+    if "nan_rows" in match.bindings and (len(match.root.outputs) != 1 or constraints.TEMP.match(match.root.outputs[0])):
+        return None  # the result is no name's value: the rows' fix-up has no statement to go in
+    chain = _none_raising_chain(fmask, subject, ix, merges=True)
     return _source_name(subject.name) if chain is not None and _set_only_by(chain, cid, ix) else None
 
 
-def _none_raising_chain(value: Var, subject: Var, ix: MethodIndex) -> list[str] | None:
+_ARITHMETIC = {"add", "sub", "mul", "div", "floordiv", "mod", "and_", "or_", "xor", "scale"}
+
+
+def _none_raising_chain(value: Var, subject: Var, ix: MethodIndex, merges: bool = False) -> list[str] | None:
     """The values from `value` back to `subject` where `value` is computed from `subject` alone by
     steps that each give no tensor of a None (a tensor method, `~`, an index, a comparison, a torch
-    or einops function): where `value` exists, `subject` is set. None where it is not such a value."""
-    chain = [value.name]
-    while chain[-1] != subject.name:
-        node = ix.defs.get(chain[-1])
-        if node is None or node.kind != "op" or not node.inputs or not isinstance(node.inputs[0], Var) \
-                or any(isinstance(i, Var) for i in (*node.inputs[1:], *(v for _, v in node.kwargs))) or len(chain) > 8:
-            return None  # a value of anything else than the tested variable
+    or einops function): where `value` exists, `subject` is set. None where it is not such a value.
+    With `merges`, also through arithmetic with another value assigned back to the tested name
+    (`mask = mask * chunk_mask`: None times a tensor raises) and merges of branches each of which is
+    such a value (funasr's `if chunk_mask is not None: mask = mask * chunk_mask`); the values are then
+    listed in no particular order."""
+    seen: list[str] = []
+
+    def walk(name: str) -> bool:
+        if name == subject.name or name in seen:
+            return True
+        node = ix.defs.get(name)
+        if node is None or len(seen) > 12:
+            return False
+        seen.append(name)
+        if merges and node.kind == "phi" and node.inputs:
+            return all(isinstance(i, Var) and walk(i.name) for i in node.inputs)
+        if node.kind != "op" or not node.inputs:
+            return False
+        if merges and node.op in _ARITHMETIC and _source_name(name) == _source_name(subject.name):
+            # the tested variable combined with another value and assigned back to its name
+            return any(isinstance(i, Var) and walk(i.name) for i in node.inputs[:2])
+        if not isinstance(node.inputs[0], Var) \
+                or any(isinstance(i, Var) for i in (*node.inputs[1:], *(v for _, v in node.kwargs))):
+            return False  # a value of anything else than the tested variable
         if node.op not in _MOVES and node.op not in ("invert", "getitem") \
-                and not node.op.startswith(("compare:", "torch.", "einops.")):
-            return None  # a step that may make a tensor of a None
-        chain.append(node.inputs[0].name)
-    return chain
+                and not node.op.startswith(("compare:", "torch.", "einops.")) \
+                and not (merges and node.op.startswith(".") and not node.op.startswith(".__")):
+            return False  # a step that may make a tensor of a None
+        return walk(node.inputs[0].name)
+
+    return [*seen, subject.name] if walk(value.name) else None
 
 
 def _set_only_by(chain: list[str], cid: int, ix: MethodIndex) -> bool:
     """The tested variable's name holds no other value than those of `chain` (and their merge after
-    decision `cid`), so that a test of that name where the kernel runs is the decision's test."""
+    decision `cid`), so that a test of that name where the kernel runs is the decision's test. A
+    helper inlined at another call has names of its own (funasr's `forward_fsmn` reshapes its `mask`)."""
     base = _source_name(chain[-1])
+    scopes = {()} | {node.via for name in chain if (node := ix.defs.get(name)) is not None}
     for node in ix.method.nodes:
+        if node.via not in scopes:
+            continue
         for name in node.outputs:
             if _source_name(name) != base or name in chain:
                 continue
@@ -776,6 +821,15 @@ def _both_branches(match: Match, cid: int, taken: bool, siblings: list[Match], i
     folded = _optional_fold(match, subject, cid, ix) if subject is not None else None
     fold = constraints.folded_mask(match, ix.shapes) if folded is not None else None
     fold_steps = {"mask2": {"s2u", "s2m", "s2v"}, "mask": {"sv", "s2", "s2u"}}[fold[0]] if fold is not None else set()
+    unbound: set[str] = {fold[0]} if fold is not None else set()
+    # a fill (and its zero re-fill after the softmax) on this branch only, of a mask computed there
+    # from the tested variable (funasr: `if mask is not None: mask = mask.unsqueeze(1).eq(0); s =
+    # s.masked_fill(mask, -inf); attn = softmax(s).masked_fill(mask, 0.0)`, `else: attn =
+    # softmax(s)`): the kernel after the merge takes that mask where the variable is set
+    filled = _optional_fill(match, subject, cid, ix) if subject is not None and fold is None else None
+    if filled is not None:
+        fold_steps = {"s3", "pr", "pz"} & set(match.nodes)
+        unbound = {"fmask", "fill", "nan_rows", "zero_query"}
 
     mine = steps(match)  # the match is not changed below (a constraint may change a sibling)
     folded_steps = (mine[0] - fold_steps, sorted({*mine[1], *(fold_steps & mine[0])}))
@@ -793,8 +847,8 @@ def _both_branches(match: Match, cid: int, taken: bool, siblings: list[Match], i
             continue
         if any(constraints.CHECKS[name](other, ix) for name in match.rule.constraints):
             continue
-        unfolded = steps(other) != mine  # the other branch adds no mask through the views
-        bound = {n for n in names if n in match.bindings and not (unfolded and fold is not None and n == fold[0])}
+        unfolded = steps(other) != mine  # the other branch adds no mask through the views, or fills none
+        bound = {n for n in names if n in match.bindings and not (unfolded and n in unbound)}
         if bound != {n for n in names if n in other.bindings} \
                 or any(match.bindings[n] != other.bindings[n] for n in bound):
             continue
@@ -808,8 +862,10 @@ def _both_branches(match: Match, cid: int, taken: bool, siblings: list[Match], i
             or n.kwarg("if") is None and n.inputs and all(isinstance(i, Var) and i.name in made for i in n.inputs))]
         kept = {id(n) for n in nodes} | {id(n) for n in merges} | removed
         if all(id(u) in kept for n in nodes for name in n.outputs for u in ix.uses.get(name, ())):
-            if unfolded and fold_steps:
+            if unfolded and fold is not None:
                 match.fold_into = folded
+            if unfolded and filled is not None:
+                match.fill_through = filled
             return nodes
     return None
 
@@ -996,22 +1052,34 @@ def _find_rule(rule: Rule, indexes: list[MethodIndex], near_misses: bool) -> lis
     # finding says that only its callers know whether the intermediates are needed
     at_calls: dict[frozenset, list[tuple[Match, MethodIndex, list[Match]]]] = {}
     loose: list[tuple[Match, MethodIndex]] = []
+    roots: list[tuple[MethodIndex, dict[int, list[Match]]]] = []
+    own = set()  # the roots that a function's own body holds (not inlined at a call)
     for ix in indexes:
-        matches = match_method(rule, ix, relaxed=near_misses)
+        # a match on a path no call takes (`None is not None`: a helper's test of the None its
+        # caller passes) computes nothing
+        matches = [m for m in match_method(rule, ix, relaxed=near_misses)
+                   if all(_constant_truth(m.cond_text.get(cid, "")) in (None, taken) for cid, taken in m.conditions.items())]
         by_root: dict[int, list[Match]] = {}
         for m in matches:
             if m.relaxed:
                 loose.append((m, ix))
             else:
                 by_root.setdefault(id(m.root), []).append(m)
+        roots.append((ix, by_root))
+        own |= {(m.root.pos, m.root.target) for group in by_root.values() for m in group if not m.root.via}
+    for ix, by_root in roots:
         for group in by_root.values():
             # the fullest match (most nodes) of a root is the one to rewrite
             best = max(group, key=lambda m, ix=ix: _fullness(m, ix))
             key = best.location_key
             previous = chosen.get(key)
             # a location seen both in a helper's own body and inlined into a caller: keep the
-            # helper's own (fewer inlining steps)
-            if previous is None or len(best.root.via) < len(previous[0].root.via):
+            # helper's own (fewer inlining steps); a match wholly in a helper whose own body holds
+            # its root is the helper's to report, whichever path its call takes (a call that
+            # decides the helper's test, leaving `logit_scale` None, has a fullest match of its own)
+            inside = len(best.root.via) == 1 and all(n.via == best.root.via for n in best.nodes.values()) \
+                and (best.root.pos, best.root.target) in own
+            if not inside and (previous is None or len(best.root.via) < len(previous[0].root.via)):
                 chosen[key] = (best, ix, group)
             if len(best.root.via) == 1:
                 at_calls.setdefault(key, []).append((best, ix, group))

@@ -20,12 +20,24 @@ from __future__ import annotations
 import ast
 import re
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass
+from keyword import iskeyword
 
 from engine.dsl.ir import Pos
 
 _SIMPLE = (ast.Name, ast.Attribute, ast.Constant)
 _ROOT = "__adopter_root__"  # the attention's result while a value the helper derives from it is restated
+
+
+def _with_root(text: str, kernel: str) -> str:
+    """`text` with the attention's result written as `kernel` (parenthesized unless a call or a name)."""
+    return text.replace(_ROOT, kernel if re.fullmatch(r"[\w.]+(\(.*\))?", kernel, re.S) else f"({kernel})")
+
+
+def _meta(i: int) -> str:
+    """The placeholder of the helper's `i`-th read of the scores' metadata while it is restated."""
+    return f"__adopter_meta_{i}__"
 
 
 class CallSiteError(Exception):
@@ -50,6 +62,51 @@ def _is_shape(value: ast.expr) -> bool:
         and not value.args and not value.keywords
 
 
+def _function_at(lines: list[str], def_line: int) -> tuple[ast.AST | None, str, int]:
+    """The function whose `def` is at file line `def_line` (1-based), its dedented source and indent:
+    the first end at a dedent where it parses."""
+    first = lines[def_line - 1]
+    indent = len(first) - len(first.lstrip())
+    source = ""
+    for end in range(def_line, len(lines) + 1):
+        nxt = lines[end] if end < len(lines) else ""
+        if end < len(lines) and (not nxt.strip() or len(nxt) - len(nxt.lstrip()) > indent):
+            continue
+        source = textwrap.dedent("".join(lines[def_line - 1:end]))
+        try:
+            return ast.parse(source).body[0], source, indent
+        except (SyntaxError, IndexError):
+            continue
+    return None, source, indent
+
+
+def free_after(lines: list[str], def_line: int, call_end: int, arguments: str) -> Callable[[str], bool]:
+    """Whether the caller (its `def` at file line `def_line`) may bind a name in place of its call of
+    a helper ending at file line `call_end`: the caller reads the name nowhere after the call (and
+    nowhere at all where it does not bind it itself, since binding it would make a global local),
+    the call is in no loop, no nested function or comprehension reads it, and the call's arguments
+    (`arguments`, which the statements replacing the call read) do not name it."""
+    fn, _, _ = _function_at(lines, def_line)
+    if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return lambda name: False
+    row = call_end - def_line + 1
+    loops = [n for n in ast.walk(fn) if isinstance(n, (ast.For, ast.AsyncFor, ast.While))
+             and n.lineno <= row <= (n.end_lineno or n.lineno)]
+    nested = {id(m) for n in ast.walk(fn) if n is not fn and isinstance(
+        n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.comprehension)) for m in ast.walk(n)}
+    params = {a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)}
+    stored = params | {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    said = {n.id for n in ast.walk(ast.parse(arguments)) if isinstance(n, ast.Name)} if arguments else set()
+
+    def free(name: str) -> bool:
+        if loops or name in said:
+            return False
+        loads = [n for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)]
+        return not any(id(n) in nested or n.lineno > row or name not in stored for n in loads)
+
+    return free
+
+
 class Translation:
     """A helper's expressions in its caller's terms, for one call of it.
 
@@ -59,19 +116,7 @@ class Translation:
 
     def __init__(self, lines: list[str], def_line: int, helper: str | None, call: str, bound_self: bool,
                  caller_names: set[str], known: dict[str, bool] | None = None) -> None:
-        first = lines[def_line - 1]
-        self.indent = len(first) - len(first.lstrip())
-        fn = None
-        for end in range(def_line, len(lines) + 1):  # the first end at a dedent where the function parses
-            nxt = lines[end] if end < len(lines) else ""
-            if end < len(lines) and (not nxt.strip() or len(nxt) - len(nxt.lstrip()) > self.indent):
-                continue
-            source = textwrap.dedent("".join(lines[def_line - 1:end]))
-            try:
-                fn = ast.parse(source).body[0]
-            except (SyntaxError, IndexError):
-                continue
-            break
+        fn, source, self.indent = _function_at(lines, def_line)
         if not isinstance(fn, ast.FunctionDef) or fn.name != helper:
             raise CallSiteError("the helper could not be read")
         self.def_line = def_line
@@ -82,6 +127,14 @@ class Translation:
         self.known = known or {}  # conditions the match decides (in the caller's terms) -> the branch taken
         self._root: Pos | None = None  # the attention's result, while a value derived from it is restated
         self._hit = False  # whether that restating met the root
+        self._kept: range = range(0)  # the body's statements the caller repeats as they are: their names stay
+        self.meta: list[tuple[Pos, str]] = []  # reads of the scores' metadata, in the caller's terms (`restate`)
+        # helper variables chosen by an `if` that the kernel's branch restates (`_merged`): the mask a
+        # fill reads where it is given, which the kernel tests after the merge
+        self.merging: set[str] = set()
+        self.free: Callable[[str], bool] = lambda name: False  # names the caller may assign at the call
+        self._renamed: dict[str, str] = {}  # while an `if` is restated: its variable, the caller's name
+        self._slicing: list[_Place] = []  # the `if` statements being restated
         self.params = self._arguments(call, bound_self)
         self._check_effects()
 
@@ -173,7 +226,7 @@ class Translation:
 
     def preamble(self) -> list[str]:
         """The helper's statements the kernel's branch repeats (in the caller's terms), in order."""
-        return [self.emitted[i] for i in sorted(self.emitted)]
+        return [self.final(self.emitted[i]) for i in sorted(self.emitted)]
 
     def _place(self, line: int) -> _Place:
         """The helper's statement holding the file line `line`, as a path of (block, index) frames
@@ -223,28 +276,88 @@ class Translation:
             return None
         if text.count(_ROOT) != 1:
             raise CallSiteError("the helper reads the attention's result more than once")
-        return text.replace(_ROOT, kernel if re.fullmatch(r"[\w.]+(\(.*\))?", kernel, re.S) else f"({kernel})")
+        return _with_root(self.final(text), kernel)
+
+    def tail(self, root: Pos, kernel: str, free: Callable[[str], bool]) -> tuple[list[str], list[str | None]] | None:
+        """The helper's statements from the one computing the attention's result to its return, in
+        the caller's terms, the result written as `kernel` (`x = torch.matmul(p_attn, value)`, `x =
+        x.transpose(1, 2)...`, each kept as a statement of its own, as the helper has them), and each
+        returned value in those terms (None for one that does not derive from the result). Each is an
+        assignment of one plain name the caller may bind there (`free`: it holds nothing the caller
+        reads later); an `if` the call decides false (`if ret_attn: return out, attn`) is skipped.
+        None where the statements are not such: the result is then restated in one expression."""
+        body = self.fn.body
+        place = self._place(root.line)
+        first = place[0][1]
+        if len(place) != 1 or first == len(body) - 1:
+            return None  # the result computed in a branch, or in the return itself
+        steps = [(i, st) for i, st in enumerate(body[first:-1], start=first)
+                 if not (isinstance(st, ast.If) and self._decided(st.test, ((body, i),)) is False)]
+        if not all(isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)
+                   and free(st.targets[0].id) for _, st in steps):
+            return None
+        self._kept = range(first, len(body) - 1)
+        texts: list[str] = []
+        try:
+            for i, st in steps:
+                self._root = root if i == first else None
+                self._hit = False
+                text = self._text(self._segment(st.value), ((body, i),), 0)  # type: ignore[attr-defined]
+                if i == first and text.count(_ROOT) != 1:
+                    return None
+                texts.append(f"{st.targets[0].id} = {_with_root(self.final(text), kernel)}")  # type: ignore[attr-defined]
+            self._root = None
+            end = ((body, len(body) - 1),)
+            values: list[str | None] = []
+            for element in self.returned():
+                self._hit = False
+                text = self._text(self._segment(element), end, 0)
+                values.append(self.final(text) if self._hit else None)
+        finally:
+            self._root = None
+            self._kept = range(0)
+        return texts, values
 
     def _segment(self, value: ast.expr) -> str:
         """The source of the helper's expression `value`, the root's expression in it (while one is
-        being restated) written as a placeholder."""
+        being restated) written as a placeholder, and each read of the scores' metadata (`restate`)
+        as one too (`final` writes it back in the caller's terms)."""
         text = ast.get_source_segment(self.source, value) or ast.unparse(value)
         root = self._root
-        inner = next((n for n in ast.walk(value) if isinstance(n, ast.expr) and root is not None
-                      and self._spans(n, root)), None)
-        if inner is not None:
+        spans = [(n, _ROOT) for n in ast.walk(value) if isinstance(n, ast.expr) and root is not None and self._spans(n, root)][:1]
+        spans += [(n, _meta(i)) for i, (pos, _) in enumerate(self.meta) for n in ast.walk(value)
+                  if isinstance(n, ast.expr) and self._spans(n, pos)]
+        if spans:
             lines = self.source.splitlines(keepends=True)
             offset = [0]
             for row in lines:
                 offset.append(offset[-1] + len(row.encode()))
             data = self.source.encode()
             begin = offset[value.lineno - 1] + value.col_offset
-            start = offset[inner.lineno - 1] + inner.col_offset - begin
-            stop = offset[inner.end_lineno - 1] + inner.end_col_offset - begin  # type: ignore[operator]
             raw = data[begin:offset[value.end_lineno - 1] + value.end_col_offset]  # type: ignore[operator]
-            text = (raw[:start] + _ROOT.encode() + raw[stop:]).decode()
-            self._hit = True
+            for inner, name in sorted(spans, key=lambda span: (span[0].lineno, span[0].col_offset), reverse=True):
+                start = offset[inner.lineno - 1] + inner.col_offset - begin
+                stop = offset[inner.end_lineno - 1] + inner.end_col_offset - begin  # type: ignore[operator]
+                raw = raw[:start] + name.encode() + raw[stop:]
+            text = raw.decode()
+            self._hit = self._hit or any(name == _ROOT for _, name in spans)
         return " ".join(text.split())
+
+    def restate(self, reads: list[tuple[Pos, str]]) -> None:
+        """The helper's reads of the scores' metadata (`scores.device`) and their restatement in the
+        caller's terms (`q.device`): the scores are gone where the kernel runs."""
+        self.meta = list(reads)
+
+    def final(self, text: str) -> str:
+        """A restated text with the metadata reads written in the caller's terms."""
+        for i, (_, caller) in enumerate(self.meta):
+            text = re.sub(rf"\b{_meta(i)}\b", caller if re.fullmatch(r"[\w.]+(\[[^\]]*\])?", caller) else f"({caller})", text)
+        return text
+
+    def text_at(self, pos: Pos, source: str) -> str:
+        """The helper's expression `source` at `pos`, read at its statement, in the caller's terms."""
+        node = next((n for n in ast.walk(self.fn) if isinstance(n, ast.expr) and self._spans(n, pos)), None)
+        return self.final(self._text(self._segment(node) if node is not None else source, self._place(pos.line), 0))
 
     def _spans(self, node: ast.expr, pos: Pos) -> bool:
         return self._at(node, pos) and node.end_lineno is not None and node.end_col_offset is not None \
@@ -295,16 +408,66 @@ class Translation:
                 return None  # the branch the match takes leaves it as it was
         return _Binding(place, None, stmt)  # assigned in a branch, a loop or an augmented assignment
 
+    def _merged(self, name: str, binding: _Binding, depth: int) -> str:
+        """`name` chosen by the helper's `if` statement (`if mask is not None: mask = mask.unsqueeze(1).eq(0)`):
+        that statement, sliced to its assignments of `name`, goes in the preamble in the caller's
+        terms, under the caller's name of the variable (the argument passed for a parameter, which the
+        caller reads no more after the call: `free`), and that name is read after it."""
+        target = self.params.get(name, name)
+        if not target.isidentifier() or iskeyword(target) or not self.free(target) or name not in self.params and target in self.caller_names:
+            raise CallSiteError(f"`{name}` is chosen by a branch of the helper `{self.fn.name}`, and the caller "
+                                f"cannot assign `{target}` there")
+        key = tuple(i for _, i in binding.place)
+        if key not in self.emitted:
+            self._renamed[name] = target
+            try:
+                self.emitted[key] = self._sliced(binding.stmt, name, binding.place, depth)  # type: ignore[arg-type]
+            finally:
+                del self._renamed[name]
+        return target
+
+    def _sliced(self, stmt: ast.If, name: str, place: _Place, depth: int) -> str:
+        """The `if` statement at `place` in the caller's terms, holding only its assignments of `name`
+        (and the `if`s holding those); what else it computes (the fill the kernel replaces) is left out."""
+        self._slicing.append(place)
+        try:
+            test = self._text(self._segment(stmt.test), place, depth + 1)
+            body = self._slice_block(stmt.body, name, place, depth)
+            orelse = self._slice_block(stmt.orelse, name, place, depth)
+        finally:
+            self._slicing.pop()
+        if not body:
+            body, orelse, test = orelse, [], f"not ({test})"
+        lines = [f"if {test}:", *(f"    {line}" for line in body)]
+        if orelse:
+            lines += ["else:", *(f"    {line}" for line in orelse)]
+        return "\n".join(lines)
+
+    def _slice_block(self, block: list[ast.stmt], name: str, outer: _Place, depth: int) -> list[str]:
+        lines: list[str] = []
+        for j, st in enumerate(block):
+            place = (*outer, (block, j))
+            stores = any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store) for n in ast.walk(st))
+            if not stores:
+                continue
+            if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
+                lines.append(f"{self._renamed[name]} = {self._text(self._segment(st.value), place, depth + 1)}")
+            elif isinstance(st, ast.If):
+                lines.extend(self._sliced(st, name, place, depth).split("\n"))
+            else:
+                raise CallSiteError(f"`{name}` is assigned otherwise than by `=` in a branch of the helper `{self.fn.name}`")
+        return lines
+
     def text(self, source: str, line: int, depth: int = 0) -> str:
         """`source`, an expression of the helper read at its statement holding `line`, in the
         caller's terms."""
-        return self._text(source, self._place(line), depth)
+        return self.final(self._text(source, self._place(line), depth))
 
     def after(self, name: str, line: int) -> str:
         """The helper's variable `name` just after the statement holding `line` assigned it."""
         place = self._place(line)
         body, index = place[-1]
-        return self._text(name, (*place[:-1], (body, index + 1)), 0)
+        return self.final(self._text(name, (*place[:-1], (body, index + 1)), 0))
 
     def _text(self, source: str, index: _Place, depth: int) -> str:
         if depth > 16:
@@ -334,7 +497,17 @@ class Translation:
 
     def _name(self, name: str, place: _Place, depth: int) -> str:
         binding = self._binding(name, place)
+        if binding is not None and len(binding.place) == 1 and binding.place[0][1] in self._kept:
+            self._hit = True  # a statement the caller repeats (`tail`): read by its name
+            return name
+        if name in self._renamed:
+            return self._renamed[name]  # assigned by the `if` statement being restated (`_merged`)
+        if binding is not None and any(binding.place[:len(frame)] == frame for frame in self._slicing):
+            raise CallSiteError(f"`{name}` is computed in the branch of the helper `{self.fn.name}` that chooses "
+                                "the mask, beside it")
         if binding is not None:
+            if binding.value is None and isinstance(binding.stmt, ast.If) and name in self.merging:
+                return self._merged(name, binding, depth)
             if binding.value is None:
                 raise CallSiteError(f"`{name}` is chosen by a branch or a loop of the helper `{self.fn.name}`")
             stmt = binding.stmt
@@ -348,7 +521,7 @@ class Translation:
                 # kernel's branch assigns it the same way, and the template reads it by name
                 key = tuple(i for _, i in binding.place)
                 if key not in self.emitted:
-                    value = " ".join((ast.get_source_segment(self.source, stmt.value) or ast.unparse(stmt.value)).split())
+                    value = self._segment(stmt.value)  # type: ignore[union-attr]
                     lhs = " ".join((ast.get_source_segment(self.source, stmt.targets[0]) or "").split())
                     text = self._text(value, binding.place, depth + 1)
                     if _ROOT not in text:

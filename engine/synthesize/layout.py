@@ -99,6 +99,13 @@ def _swapped(text: str) -> str:
         if tree.func.attr == "t" and not tree.args or tree.func.attr == "transpose" and dims == {-2, -1}:
             inner = tree.func.value
             return text[inner.col_offset:inner.end_col_offset]
+        order = [_int(a) for a in tree.args]
+        if tree.func.attr == "permute" and len(order) > 2 and sorted(order) == list(range(len(order))):  # type: ignore[type-var]
+            # a permute of every axis takes the swap into its order (speechbrain's key stored
+            # `key.permute(0, 2, 3, 1)` is passed as `key.permute(0, 2, 1, 3)`)
+            order[-2:] = order[-1], order[-2]
+            inner = tree.func.value
+            return f"{text[inner.col_offset:inner.end_col_offset]}.permute({', '.join(map(str, order))})"
     return _atom(text) + _SWAP
 
 

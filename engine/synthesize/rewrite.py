@@ -868,9 +868,13 @@ class Synthesizer:
         removed_stmts = set(others) | {self.statement_at(_at_body(n, root)).node for n in finding.companions if n.pos is not None}
         try:
             restated = self._restatements(finding, removed_stmts, root_stmt) if finding.restated else {}
-            new_code = self._kernel_code(match, root_expr)
+            new_code, fixup = self._kernel_and_fixup(match, root_expr)
         finally:
             self._restating = []
+        small = root_stmt.node.body[0] if len(root_stmt.node.body) == 1 else None  # type: ignore[attr-defined]
+        if fixup is not None and not (_whole_value(root_stmt.node, root_expr) and isinstance(small, cst.Assign)
+                                      and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name)):
+            raise SynthesisError("the fix-up of fully masked rows needs the kernel's result assigned to a name")
         try:
             new_expr = cst.parse_expression(new_code)
         except cst.ParserSyntaxError as exc:
@@ -888,6 +892,10 @@ class Synthesizer:
         guard = self._guard(finding, root_stmt.node)
         new_stmt = self._formatted(root_stmt, root_expr, new_expr, extra_indent=guard is not None)
         code = cst.Module([]).code_for_node(new_expr)
+        if fixup is not None:
+            # `if mask is not None: x = x.masked_fill(...)` after `x = <kernel>`
+            name = small.targets[0].target.value  # type: ignore[union-attr]
+            new_stmt = cst.FlattenSentinel([new_stmt, cst.parse_statement(fixup.replace("{name}", name))])  # type: ignore[list-item]
         if folded:
             if guard is not None:
                 raise SynthesisError("a mask folded on its branch is not written under a guard")
@@ -935,18 +943,22 @@ class Synthesizer:
         root = match.root
         if len(root.via) != 1 or root.pos is None:
             raise SynthesisError("the match lies in a helper of a helper")
-        if finding.restated:
-            raise SynthesisError("the helper's scores are read for their shape or device: not written at its call")
         call_pos = root.via[0]
+        if any(node.via != root.via or axes == ("argument",) for node, axes in finding.restated):
+            raise SynthesisError("the helper's scores are read for their shape or device: not written at its call")
         call_stmt = self.statement_at(call_pos)
         call_expr = self.expression_at(call_pos)
         small = call_stmt.node.body[0] if len(call_stmt.node.body) == 1 else None  # type: ignore[attr-defined]
         returns = isinstance(small, cst.Return) and small.value is not None
         if not isinstance(call_expr, cst.Call) or not (
-                isinstance(small, cst.Assign) and len(small.targets) == 1 or returns) \
-                or not small.value.with_changes(lpar=[], rpar=[]).deep_equals(call_expr):  # type: ignore[union-attr]
+                isinstance(small, cst.Assign) and len(small.targets) == 1 or returns):
             raise SynthesisError("the helper's result is not assigned or returned by a statement of its own")
-        target = small.targets[0].target if isinstance(small, cst.Assign) else None
+        # the call inside a value of names and constants (`return self.forward_attention(...), cache`):
+        # the statement stays, the call replaced by what the helper returns
+        within = not small.value.with_changes(lpar=[], rpar=[]).deep_equals(call_expr)  # type: ignore[union-attr]
+        if within and not _plain_besides(small.value, call_expr):  # type: ignore[union-attr]
+            raise SynthesisError("the helper's result is not assigned or returned by a statement of its own")
+        target = small.targets[0].target if isinstance(small, cst.Assign) and not within else None
         names = [e.value for e in target.elements] if isinstance(target, cst.Tuple) else [target]
         if target is not None and not all(isinstance(e, cst.Name) for e in names):
             raise SynthesisError("the helper's result is not assigned to plain names")
@@ -968,21 +980,45 @@ class Synthesizer:
         def_line = _def_line(self.lines, root.pos.line, helper)
         caller_names = {p.name for p in match.method.params} | \
             {_python_name(o) for n in match.method.nodes if not n.via for o in n.outputs if not _TEMP.match(o)}
-        known = {match.cond_text[c]: t for c, t in match.conditions.items() if c in match.cond_text}
+        fthrough = match.bindings.get("fthrough")
+        # a fill's mask taken where it is given (`None if mask is None else ...`): the kernel runs on
+        # both sides of that test, which decides nothing here
+        known = {match.cond_text[c]: t for c, t in match.conditions.items() if c in match.cond_text
+                 and not (isinstance(fthrough, Sym) and match.cond_text[c] in (f"{fthrough.text} is not None",
+                                                                               f"{fthrough.text} is None"))}
         if finding.status == "guarded" and finding.guard_text:
             known.update(_false_where_kernel_runs(finding.guard_text))
         try:
             translation = callsite.Translation(self.lines, def_line, helper, self.source(call_pos), bound_self, caller_names,
                                               known)
+            caller_def = _def_line(self.lines, call_pos.line, match.method.name)
+            fmask = match.bindings.get("fmask")
+            if isinstance(fthrough, Sym) and isinstance(fmask, Var):
+                # the helper's statements choosing the mask are restated, under the caller's name of it
+                translation.merging = {_python_name(fmask.name)}
+                translation.free = callsite.free_after(self.lines, caller_def, call_pos.end_line, "")
+            # the helper's reads of the scores' metadata (`mask.to(scores.device)`) are the query's
+            # and the key's in the caller, as the code holds them after the call
+            after = next((n for n in match.method.nodes[match.method.nodes.index(root):] if not n.via), None)
+            reads = []
+            for node, axes in finding.restated:
+                text = layout.restated(match, axes, lambda operand: self._named_at(operand, match, after),
+                                       "size" if node.op == ".size" else "shape") if after is not None else None
+                if text is None or node.pos is None:
+                    raise callsite.CallSiteError(f"line {node.pos.line if node.pos else '?'} reads the scores' metadata, "
+                                                 "and the query or the key has no name that holds it at the call")
+                reads.append((node.pos, text))
+            translation.restate(reads)
             returned = translation.returned()
             if target is None:
                 names = [None] * len(returned)
-            if len(returned) != len(names) or (len(names) == 1 and isinstance(target, cst.Tuple)):
+            if len(returned) != len(names) or (len(names) == 1 and isinstance(target, cst.Tuple)) \
+                    or within and len(returned) != 1:
                 raise callsite.CallSiteError("the call unpacks another number of values than the helper returns")
             position = next((i for i, e in enumerate(returned) if translation.binds_root(e, root.pos)), None)
             self._callsite = translation
             try:
-                new_code = self._kernel_code(match, call_expr)
+                new_code, fixup = self._kernel_and_fixup(match, call_expr)
             finally:
                 self._callsite = None
             try:
@@ -990,8 +1026,23 @@ class Synthesizer:
             except cst.ParserSyntaxError as exc:
                 raise SynthesisError(f"the rule's template gives invalid Python: {new_code!r}") from exc
             values = ["None"] * len(returned)
+            steps: list[str] = []
+            free = callsite.free_after(self.lines, caller_def, call_pos.end_line, self.source(call_pos))
+            tail = translation.tail(root.pos, new_code, free) if position is None else None
+            if fixup is not None and tail is None:
+                raise callsite.CallSiteError("the fix-up of fully masked rows needs the kernel's result assigned to a name")
             if position is not None:
                 values[position] = new_code
+            elif tail is not None:
+                # the helper's statements after the product, kept as statements in the caller's terms
+                steps, derived = tail
+                if fixup is not None:
+                    steps.insert(1, fixup.replace("{name}", steps[0].partition(" = ")[0]))
+                found = [i for i, text in enumerate(derived) if text is not None]
+                if len(found) != 1:
+                    raise callsite.CallSiteError("the helper does not return the attention's result")
+                position = found[0]
+                values[position] = derived[position]  # type: ignore[assignment]
             else:
                 # the helper goes on from the attention's result (`x.transpose(1, 2)...`,
                 # `self.linear_out(x)`): that one returned value restated around the kernel call
@@ -1003,8 +1054,16 @@ class Synthesizer:
                 new_code = values[position]
         except callsite.CallSiteError as exc:
             raise SynthesisError(f"cannot be written at the call of `{helper}`: {exc}") from exc
-        texts = [_tidy_assignment(text) for text in translation.preamble()]
-        if target is None:
+        texts = [_tidy_assignment(text) for text in [*translation.preamble(), *steps]]
+        if within:
+            value = cst.parse_expression(values[0])
+            if not isinstance(value, (cst.Call, cst.Name, cst.Attribute, cst.Subscript)):
+                value = value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+            replacer = _Rewriter({call_expr: value}, set())
+            replacer.deep = True
+            texts.append(cst.Module([]).code_for_node(
+                call_stmt.node.visit(replacer).with_changes(leading_lines=[])).strip())  # type: ignore[union-attr]
+        elif target is None:
             texts.append(f"return {values[0] if len(values) == 1 else ', '.join(values)}")
         for i, name in enumerate(names if target is not None else ()):
             texts.append(f"{name.value} = {values[i]}")
@@ -1031,6 +1090,25 @@ class Synthesizer:
             new_stmt = self._keep_separation(call_stmt.node, new_stmt, list(removable))
         footprint = [self._footprint(n) for n in [call_stmt.node, *removable]]
         return Edit({call_stmt.node: new_stmt}, set(removable), {}, footprint, new_code)
+
+    def _kernel_and_fixup(self, match: Match, expr: cst.BaseExpression) -> tuple[str, str | None]:
+        """The kernel's code and, where the fix-up of fully masked rows reads a mask taken only where
+        it is given (`$fthrough`), that fix-up as a statement on the result's name (`{name}`), under
+        the test: `if mask is not None: x = x.masked_fill(mask.all(-1, keepdim=True), 0.0)`."""
+        code = self._kernel_code(match, expr)
+        fthrough = match.bindings.get("fthrough")
+        if fthrough is None or "nan_rows" not in match.bindings:
+            return code, None
+        rows = match.bindings.pop("nan_rows")
+        try:
+            bare = self._kernel_code(match, expr)
+        finally:
+            match.bindings["nan_rows"] = rows
+        step = code[len(bare):] if code.startswith(bare) else ""
+        if not step.startswith("."):
+            raise SynthesisError("the fix-up of fully masked rows is not a step on the kernel's result")
+        test = self.render(fthrough, match)
+        return bare, f"if {test} is not None:\n    {{name}} = {{name}}{step}"
 
     def _kernel_code(self, match: Match, expr: cst.BaseExpression) -> str:
         """The rule's template filled with the match's bindings, in the kernel's layout (`expr`: the
@@ -1454,13 +1532,18 @@ class Synthesizer:
         by default the root's)."""
         root = match.root
         via = root.via if via is None else via
+        fmask = match.bindings.get("fmask")
+        if translation.merging and isinstance(fmask, Var) and operand in (fmask, match.bindings.get("fthrough")):
+            # the fill's mask where it is given, and the name tested for it: the variable the
+            # restated `if` of the helper assigns (`Translation._merged`)
+            return translation.text(_python_name(fmask.name), root.pos.line)  # type: ignore[union-attr]
         if isinstance(operand, Var):
             producer = next((n for n in match.method.nodes if operand.name in n.outputs), None)
             if producer is not None and producer.via == via:
                 if producer.pos is None or producer.kind == "phi":
                     raise callsite.CallSiteError(f"`{_python_name(operand.name)}` is chosen by a branch of the helper")
                 if _TEMP.match(operand.name):
-                    text = translation.text(" ".join(self.source(producer.pos).split()), producer.pos.line)
+                    text = translation.text_at(producer.pos, " ".join(self.source(producer.pos).split()))
                 else:  # the helper's variable, read just after the statement that assigns it
                     text = translation.after(_python_name(operand.name), producer.pos.line)
                 return text if re.fullmatch(r"[\w.]+", text) else f"({text})"
@@ -1499,6 +1582,25 @@ def _false_where_kernel_runs(guard: str) -> dict[str, bool]:
         else:
             known[" ".join(ast.unparse(term).split())] = False
     return known
+
+
+def _plain_besides(value: cst.BaseExpression, call: cst.Call) -> bool:
+    """`value` holds `call` and, besides it, only names, attributes, constants and tuples: moving
+    the statements that compute the call's value before the statement changes nothing else."""
+    if value is call or value.deep_equals(call):
+        return True
+    if isinstance(value, cst.Tuple):
+        return all(_plain_besides(e.value, call) for e in value.elements) \
+            and sum(1 for e in value.elements if call in _nodes(e.value)) == 1
+    return isinstance(value, (cst.Name, cst.Attribute, cst.SimpleString, cst.Integer, cst.Float)) \
+        and not any(isinstance(n, cst.Call) for n in _nodes(value))
+
+
+def _nodes(node: cst.CSTNode) -> list[cst.CSTNode]:
+    out = [node]
+    for child in node.children:
+        out.extend(_nodes(child))
+    return out
 
 
 def _tidy_assignment(text: str) -> str:

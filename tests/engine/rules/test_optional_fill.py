@@ -170,10 +170,7 @@ class Attention(nn.Module):
         assert "softmax(dim=" in new
 
 
-def test_under_a_guard_on_the_mask_the_kernel_takes_it_as_it_is():
-    # each arm has a softmax of its own: the unmasked one reads the scores, so the original stays
-    # where the mask is None, and the kernel (on the other branch) needs no test of it
-    source = HEADER + '''
+OWN_SOFTMAX = HEADER + '''
 class Attention(nn.Module):
     def forward(self, q, k, v, mask=None):
         dots = torch.matmul(q, k.transpose(-1, -2)) * 0.125
@@ -184,7 +181,28 @@ class Attention(nn.Module):
             attn = dots.softmax(dim=-1)
         return torch.matmul(attn, v)
 '''
+
+
+def test_under_a_guard_on_the_mask_the_kernel_takes_it_as_it_is():
+    # the unmasked arm normalizes over the queries: no attention, so the original stays where the
+    # mask is None, and the kernel (on the other branch) needs no test of it
+    source = OWN_SOFTMAX.replace("        if mask is None:\n            attn = dots.softmax(dim=-1)\n",
+                                 "        if mask is None:\n            attn = dots.softmax(dim=-2)\n")
     found, new = statuses(source)
     assert [status for status, _ in found] == ["guarded"]
     assert "if mask is None else" not in new
     assert "attn_mask=~(mask == 0) | (mask == 0).all(-1, keepdim=True)" in new
+
+
+@pytest.mark.parametrize("given", [True, False], ids=["masked", "no-mask"])
+def test_a_softmax_on_each_arm_is_one_kernel_call(given):
+    # the arms differ only in the fill: one kernel call after the merge takes the mask where it is set
+    new = rewrite(OWN_SOFTMAX)
+    assert new.count("scaled_dot_product_attention(") == 1 and "softmax" not in new
+    assert "attn_mask=None if mask is None else ~(mask == 0) | (mask == 0).all(-1, keepdim=True)" in " ".join(new.split())
+    mask = _keep()[:, None, None, :].long() if given else None
+    before, before_grads = _run(OWN_SOFTMAX, mask, training=False)
+    after, after_grads = _run(new, mask, training=False)
+    torch.testing.assert_close(after, before)
+    for a, b in zip(after_grads, before_grads, strict=True):
+        torch.testing.assert_close(a, b)

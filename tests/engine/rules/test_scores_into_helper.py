@@ -150,11 +150,29 @@ def test_a_helper_returning_the_probabilities_to_a_caller_that_reads_them_is_not
     assert found and all(status == "near-miss" for status, _ in found), found
 
 
-def test_a_helper_reading_its_result_twice_is_not_rewritten():
-    source = METHOD.replace("        return self.linear_out(x)\n", "        return self.linear_out(x) + x\n")
+# The helper's statements after the product are repeated as statements in the caller, so a value
+# read twice is read by its name (one expression would compute the kernel twice).
+TWICE = METHOD.replace("        return self.linear_out(x)\n", "        return self.linear_out(x) + x\n")
+
+
+def test_a_helper_reading_its_result_twice_is_written_as_its_statements():
+    new = rewrite(TWICE)
+    forward = new.split("def forward(", 1)[1].split("def forward_attention", 1)[0]
+    assert forward.count("scaled_dot_product_attention(") == 1
+    assert "        x = x.transpose(1, 2).contiguous().view(n_batch, -1, self.h * self.d_k)\n" in forward
+    assert "        return self.linear_out(x) + x\n" in forward
+    _compare(TWICE, new, mask=True)
+
+
+def test_a_name_the_caller_reads_later_is_not_taken_by_the_helpers_statements():
+    # the caller reads its own `x` after the call: the helper's `x = ...` cannot be repeated there,
+    # and one expression would read the kernel's result twice
+    source = TWICE.replace("        return self.forward_attention(v, scores, mask)\n",
+                           "        out = self.forward_attention(v, scores, mask)\n        return out + x.sum()\n")
     found, new = statuses(source)
     assert new == source
     assert found and all(status == "near-miss" for status, _ in found), found
+    assert any("more than once" in reason for _, reason in found), found
 
 
 # The helper returns the probabilities too only under a flag of its own (funasr's `ret_attn`): a call
