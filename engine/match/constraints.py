@@ -498,13 +498,16 @@ CHECKS["score_factor_is_constant"] = _score_factor_is_constant
 
 def _row_max_over_key_axis(match: Match, ix: MethodIndex) -> str | None:
     """Subtracting the scores' maximum over the key axis (`s - s.amax(-1, keepdim=True)`, detached
-    or not) before the softmax changes nothing: the softmax is invariant to a per-row constant."""
-    node = match.nodes.get("rmax")
-    if node is None:
-        return None
-    if ix.shapes.is_last(node.inputs[0] if node.inputs else None, node.kwarg("dim")):
-        return None
-    return f"the maximum subtracted before the softmax is over dim={_dim_text(node.kwarg('dim'))}, not provably the key axis"
+    or not, or `s.max(dim=-1, keepdim=True)[0]`) before the softmax changes nothing: the softmax is
+    invariant to a per-row constant. So it is right after the product (`$rmax0`, BEATs' `(w -
+    w.max(dim=-1, keepdim=True)[0]) * alpha`): the scale that follows, the masks and fills add to
+    each row that constant times a factor, which the softmax drops as well."""
+    for key in ("rmax", "rmax0"):
+        node = match.nodes.get(key)
+        if node is not None and not ix.shapes.is_last(node.inputs[0] if node.inputs else None, node.kwarg("dim")):
+            return f"the maximum subtracted before the softmax is over dim={_dim_text(node.kwarg('dim'))}, not " \
+                "provably the key axis"
+    return None
 
 
 CHECKS["row_max_over_key_axis"] = _row_max_over_key_axis
@@ -1304,7 +1307,11 @@ def _mask_view_round_trip(match: Match, ix: MethodIndex) -> str | None:
     (Swin's `attn.view(B_ // nW, nW, H, N, N) + mask.unsqueeze(1).unsqueeze(0)`, viewed back with
     `.view(-1, H, N, N)`, ShapeFacts.leading_split): the kernel's operands stay as they are and the
     mask is folded into their layout, broadcast to the split axes and those flattened
-    (`m.expand(B_ // nW, nW, -1, -1, -1).flatten(0, 1)`), whichever order the split names."""
+    (`m.expand(B_ // nW, nW, -1, -1, -1).flatten(0, 1)`), whichever order the split names. A fill
+    made through such views of 3-D `torch.bmm` scores (fairseq's key padding, `w.view(bsz, heads,
+    tgt, src).masked_fill(kpm[:, None, None], -inf)`, then `$s3v` viewing it back) is the kernel's
+    fill as it is, the operands viewed alike; masks added before the split or after the merge are
+    broadcast to the 3-D scores' shape and split the same way (engine/synthesize/layout.py)."""
     views = round_trip(match)
     if views is None:
         return None

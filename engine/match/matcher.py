@@ -607,6 +607,32 @@ class MethodIndex:
         self._keepdim[id(node)] = view
         return view
 
+    def max_view(self, node: Node) -> Node | None:
+        """`x.max(dim=d, keepdim=keep)[0]` (or `torch.max`), the values of a maximum whose indices
+        nothing reads, seen as `x.amax(dim=d, keepdim=keep)`: the same values (their gradient goes
+        to one of tied maxima rather than spread over them, which nothing the rules match reads:
+        the row maximum the softmax is invariant to). None for any other node. The view stands for
+        both nodes."""
+        if node.kind != "op" or node.op != "getitem" or len(node.inputs) != 2 or node.inputs[1] != Const(0) \
+                or not isinstance(node.inputs[0], Var) or not node.outputs:
+            return None
+        cached = self._keepdim.get(id(node), False)
+        if cached is not False:
+            return cached
+        view = None
+        pair = self.defs.get(node.inputs[0].name)
+        if pair is not None and pair.kind == "op" and pair.op in (".max", "torch.max") and pair.via == node.via \
+                and len(pair.inputs) in (1, 2) and [u for u in self.uses.get(node.inputs[0].name, ()) if u is not node] == []:
+            dim = pair.inputs[1] if len(pair.inputs) == 2 else pair.kwarg("dim")
+            extra = {k for k, _ in pair.kwargs} - {"dim", "keepdim"}
+            if isinstance(dim, Const) and type(dim.value) is int and not extra \
+                    and (len(pair.inputs) == 1 or pair.kwarg("dim") is None):
+                kwargs = (("dim", dim), ("keepdim", pair.kwarg("keepdim", Const(False))))
+                view = Node("op", ".amax", pair.inputs[:1], kwargs, node.outputs, None, node.guard, node.pos, node.via)
+                self.stands_for[id(view)] = (pair, node)
+        self._keepdim[id(node)] = view
+        return view
+
     def product_view(self, node: Node) -> Node | None:
         """A product written as a multiply and a sum, or as a product with a column squeezed back
         (engine.analysis.contraction), seen as the `matmul` of a vector and a matrix (target
@@ -962,7 +988,7 @@ class _Matcher:
             s.used.add(id(node))
             return self.producers(node.inputs[0], s)
         found: list = []
-        kept = self.ix.keepdim_view(node)
+        kept = self.ix.keepdim_view(node) or self.ix.max_view(node)
         if kept is not None and not {id(n) for n in self.ix.stands_for[id(kept)]} & state.used:
             # `mean(v, dim=d).unsqueeze(d)` is `mean(v, dim=d, keepdim=True)`
             s = state.copy()

@@ -345,3 +345,40 @@ def test_views_that_do_not_merge_back_around_the_fill_are_no_round_trip():
     findings, new = _rewrite(source)
     assert new == source
     assert [f.status for f in findings] == ["near-miss"]
+
+
+# BEATs: the query scaled down by alpha, the row maximum of the product subtracted and the
+# difference scaled up by alpha again before the masks (a per-row constant the softmax drops)
+BEATS = WAVLM.replace(
+    "        q *= self.scaling\n",
+    "        q *= self.scaling\n        alpha = 32\n        q *= 1 / alpha\n",
+).replace(
+    "        attn_weights = torch.bmm(q, k.transpose(1, 2))\n",
+    "        attn_weights = torch.bmm(q, k.transpose(1, 2))\n"
+    "        attn_weights = (attn_weights - attn_weights.max(dim=-1, keepdim=True)[0]) * alpha\n",
+)
+
+
+def test_beats_row_maximum_shift_before_the_masks(kernel_calls):
+    assert BEATS.count("alpha") == 3
+    findings, new = _rewrite(BEATS)
+    assert [f.status for f in findings] == ["guarded"], [(f.status, f.reason) for f in findings]
+    assert "scale=alpha" in new and ".max(" not in new.split("else:")[-1]
+    guard = findings[0].guard_text
+    first, second = _pair(BEATS, new, "MultiheadAttention")
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(5, 3, 8, generator=gen, dtype=torch.float64) * 4
+    additive = torch.randn(5, 5, generator=gen, dtype=torch.float64)
+    bias = torch.randn(6, 5, 5, generator=gen, dtype=torch.float64)
+    padding = torch.zeros(3, 5, dtype=torch.bool)
+    padding[2, :3] = True
+    for kwargs in ({"position_bias": bias}, {"attn_mask": additive}, {"position_bias": bias, "attn_mask": additive}):
+        given = {"attn_mask": None, "position_bias": None, "need_weights": False, **kwargs}
+        _compare(first, second, [x, padding], kwargs, kernel_calls, not eval(guard, {}, given))  # noqa: S307
+
+
+def test_a_row_maximum_over_the_query_axis_is_no_shift():
+    source = BEATS.replace("attn_weights.max(dim=-1, keepdim=True)", "attn_weights.max(dim=1, keepdim=True)")
+    findings, new = _rewrite(source)
+    assert new == source
+    assert any("not provably the key axis" in (f.reason or "") for f in findings), [(f.status, f.reason) for f in findings]
