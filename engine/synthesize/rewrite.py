@@ -895,13 +895,16 @@ class Synthesizer:
         after the kernel call instead, where there is one (`del q, k, v`), else left to the function's
         end (under a guard, where the original's path deletes it already, it is left there; from a
         `del` in a block of its own, `if exists(mask): ...; del mask`, too)."""
+        if not any(isinstance(small, cst.Del) for stmt, _ in self.index.statements
+                   if isinstance(stmt, cst.SimpleStatementLine) for small in stmt.body):
+            return {}
         function = self.index.parents.get(id(root))
         while function is not None and not isinstance(function, cst.FunctionDef):
             function = self.index.parents.get(id(function))
         if function is None:
             return {}
-        gone = _assigned(removed) - _assigned([s for s in self._statements_in(function)
-                                                if s is not function and s not in removed])
+        inside = self._statements_in(function)
+        gone = _assigned(removed) - _assigned([s for s in inside if s is not function and s not in removed])
         reads = {n.value for n in _names_read(cst.parse_expression(code))}
         anchor, body = self.block_of(root)
         where = self.positions[root].start.line
@@ -909,14 +912,16 @@ class Synthesizer:
         edits: dict[cst.CSTNode, cst.CSTNode | None] = {}
         postponed: list[cst.Name] = []
         later: cst.SimpleStatementLine | None = None
-        for stmt in self._statements_in(function):
-            small = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 else None
-            if not isinstance(small, cst.Del):
+        for stmt in inside:
+            dels = [s for s in stmt.body if isinstance(s, cst.Del)] if isinstance(stmt, cst.SimpleStatementLine) else []
+            if not dels:
                 continue
             line = self.positions[stmt].start.line
-            names = _del_targets(small)
+            names = [n for small in dels for n in _del_targets(small)]
             keep = [n for n in names if not (isinstance(n, cst.Name) and n.value in gone and line > first)]
             early = [n for n in keep if isinstance(n, cst.Name) and n.value in reads and first <= line < where]
+            if len(stmt.body) > 1 and (early or len(keep) != len(names)):
+                raise SynthesisError(f"line {line} deletes a name the rewrite changes beside other statements")
             if stmt in body:
                 postponed += early
             keep = [n for n in keep if n not in early]

@@ -42,7 +42,11 @@ wild6 (coqui-tts, funasr, transformer-lens, unimol-tools, rtdl-revisiting-models
 labelled the same way before the tool ran on it, has its own figures: on 2026-12-04, at its first scan,
 TP 15  FP 0  FN 21   P 1.000  R 0.417 (attention alone TP 2 FN 16: split across helpers, metadata reads of
 the scores, ranks through torch.stack, a keyword cast back). After attention whose scores the caller
-hands to a helper was matched through the call (2026-12-05): TP 20  FP 0  FN 16   R 0.556.
+hands to a helper was matched through the call (2026-12-05): TP 20  FP 0  FN 16   R 0.556. After
+fairseq-style attention's key-padding fill through a 4-D view of the bmm scores and back, a helper
+adding masks in place before its softmax, `.contiguous()` and `del` around the scores, decided branches
+and a whole `.size()` of the scores restated on q and k (Uni-Mol v1/v2, WavLM), and the row maximum
+subtracted right after the product (BEATs, wild3): wild6 TP 24  FP 0  FN 12, wild3 TP 70  FP 0  FN 8.
 
 On 2026-12-04 the benchmark started to score what the command line does: a guarded rewrite whose
 kernel never runs with the class's default settings is refused there, and the benchmark had counted
@@ -103,13 +107,13 @@ def test_precision_and_recall_against_the_labels(scanned, labels):
     every_site = [s for scan in scans for s in scan.sites]
     # the figures below were set on wild1 and wild2; wild3 to wild6, labelled later, have ratchets of their own
     wild3 = W.score(W.set_labels(labels, "wild3"), W.set_sites(every_site, "wild3"))
-    _at_least(wild3, 69, 0, 9, 1.0, 0.88, "wild3")
+    _at_least(wild3, 70, 0, 8, 1.0, 0.89, "wild3")
     wild4 = W.score(W.set_labels(labels, "wild4"), W.set_sites(every_site, "wild4"))
     _at_least(wild4, 18, 0, 4, 1.0, 0.81, "wild4")
     wild5 = W.score(W.set_labels(labels, "wild5"), W.set_sites(every_site, "wild5"))
     _at_least(wild5, 7, 0, 14, 1.0, 0.33, "wild5")
     wild6 = W.score(W.set_labels(labels, "wild6"), W.set_sites(every_site, "wild6"))
-    _at_least(wild6, 21, 0, 15, 1.0, 0.58, "wild6")
+    _at_least(wild6, 24, 0, 12, 1.0, 0.66, "wild6")
     labels = W.set_labels(labels, "wild1") + W.set_labels(labels, "wild2")
     sites = W.set_sites(every_site, "wild1") + W.set_sites(every_site, "wild2")
     _at_least(W.score(labels, sites), 130, 0, 2, 1.0, 0.98, "all")
