@@ -382,3 +382,21 @@ def test_a_row_maximum_over_the_query_axis_is_no_shift():
     findings, new = _rewrite(source)
     assert new == source
     assert any("not provably the key axis" in (f.reason or "") for f in findings), [(f.status, f.reason) for f in findings]
+
+
+@pytest.mark.parametrize(("body", "new_value"), [
+    # the viewed tensor has no name left after `w = w.view(...)`: the fill is the filled value
+    ("w = w.view(2, 3, 4, 4)\n        w.masked_fill_(m, 0.0)\n        return w", True),
+    # `w` still names it (and a read of it would see the fill): the call stays in place
+    ("x = w.view(2, 3, 4, 4)\n        x.masked_fill_(m, 0.0)\n        return w", False),
+    # another view of it is held: the same
+    ("x = w.view(2, 3, 4, 4)\n        y = w.view(6, 4, 4)\n        w = x\n        w.masked_fill_(m, 0.0)\n"
+     "        return y", False),
+])
+def test_an_in_place_fill_of_a_view_is_a_new_value_where_nothing_else_holds_the_tensor(body, new_value):
+    from engine.extract.extractor import extract_source
+
+    source = f"import torch\n\n\ndef f(q, k, m):\n        w = torch.bmm(q, k)\n        {body}\n"
+    nodes = extract_source(source, "case.py", "case").classes[0].methods[0].nodes
+    ops = [n.op for n in nodes]
+    assert ("masked_fill" in ops) == new_value and (".masked_fill_" in ops) != new_value, ops
