@@ -1088,39 +1088,52 @@ class _MethodExtractor:
             self.expr(stmt.value, scope, guard)
             return
         node = self.nodes[-1]
-        if type(value) is Var and node.outputs == (value.name,) and self._unaliased(before, node):
+        held = {ssa for name, ssa in scope.env.items() if name != target.id}
+        if type(value) is Var and node.outputs == (value.name,) and self._unaliased(before, node, held):
             self.bind(target, value, None, scope, guard, stmt)
             self.filled_in_place[scope.env[target.id]] = before
         else:
             self.nodes[-1] = _new_node(node.kind, "." + stmt.value.func.attr, node.inputs,  # type: ignore[attr-defined]
                                        node.kwargs, node.outputs, node.target, node.guard, node.pos, node.via)
 
-    def _unaliased(self, ssa: str, fill: Node) -> bool:
+    def _unaliased(self, ssa: str, fill: Node, held: set[str]) -> bool:
         """The tensor `ssa` names (with the values it merges with or was filled in place from) is
         one that an op of this function made new, and every read of it so far leaves no alias: a
-        metadata read, an op that computes a new tensor from it, a merge, an in-place fill."""
+        metadata read, an op that computes a new tensor from it, a merge, an in-place fill. It may
+        also be a view of such a tensor (`w = w.view(bsz, heads, tgt, src)`, then `w.masked_fill_(...)`,
+        which fills the viewed tensor too) where no name (`held`: the names but the filled one) holds
+        any of the two any more: nothing can read the viewed tensor after the fill."""
         defs = {out: node for node in self.nodes for out in node.outputs}
         group, todo = {ssa}, [ssa]
+        views: set[int] = set()  # the views of the group's tensors that the group holds
         while todo:
             current = todo.pop()
             node = defs.get(current)
-            if node is None or not (node.kind == "phi" or current in self.filled_in_place
-                                    or node.kind == "op" and node.op in _FRESH_TENSOR):
+            if node is not None and node.kind == "op" and node.op in _VIEWS and node.inputs \
+                    and type(node.inputs[0]) is Var:
+                views.add(id(node))
+                linked = [node.inputs[0].name]
+            elif node is None or not (node.kind == "phi" or current in self.filled_in_place
+                                      or node.kind == "op" and node.op in _FRESH_TENSOR):
                 return False
-            linked = [v.name for v in node.inputs if type(v) is Var] if node.kind == "phi" else \
-                [self.filled_in_place[current]] if current in self.filled_in_place else []
+            else:
+                linked = [v.name for v in node.inputs if type(v) is Var] if node.kind == "phi" else \
+                    [self.filled_in_place[current]] if current in self.filled_in_place else []
             for user in self.nodes:
-                if user is fill or not any(_mentions(v, current) for v in (*user.inputs, *(v for _, v in user.kwargs))):
+                if user is fill or id(user) in views \
+                        or not any(_mentions(v, current) for v in (*user.inputs, *(v for _, v in user.kwargs))):
                     continue
                 if user.kind == "phi" or any(out in self.filled_in_place for out in user.outputs):
                     linked.extend(user.outputs)
+                elif user.kind == "op" and user.op in _VIEWS and any(out in group for out in user.outputs):
+                    continue  # the view the walk came up from
                 elif not (user.kind == "op" and (user.op in _FRESH_TENSOR or _reads_metadata(user))):
                     return False
             for other in linked:
                 if other not in group:
                     group.add(other)
                     todo.append(other)
-        return True
+        return not views or not group & held
 
     def if_statement(self, stmt: ast.If, scope: _Scope, guard: tuple[Cond, ...]) -> tuple[Cond, ...]:
         test = self.data_expr(stmt.test, scope, guard) if _has_data(stmt.test, scope) else None
@@ -2044,6 +2057,8 @@ _IN_PLACE_OPERATORS = {"mul_": ast.Mult, "div_": ast.Div, "add_": ast.Add, "sub_
 # ops whose result is a tensor of its own, never a view of an operand
 _FRESH_TENSOR = {"matmul", "add", "sub", "mul", "div", "scale", "neg", "masked_fill", "torch.cat", "torch.where",
                  "torch.baddbmm", "softmax"}  # (not an einsum: `torch.einsum('ij->ji', x)` is a view of x)
+# ops whose result may share its operand's storage (a view): an in-place fill of it fills the operand too
+_VIEWS = {".view", ".reshape", ".unflatten", ".flatten", "transpose", ".permute", ".unsqueeze", ".squeeze"}
 _METADATA_READS = {"shape", "dtype", "device", "ndim", "is_cuda", "requires_grad", "layout"}
 
 

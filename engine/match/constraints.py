@@ -501,13 +501,16 @@ CHECKS["score_factor_is_constant"] = _score_factor_is_constant
 
 def _row_max_over_key_axis(match: Match, ix: MethodIndex) -> str | None:
     """Subtracting the scores' maximum over the key axis (`s - s.amax(-1, keepdim=True)`, detached
-    or not) before the softmax changes nothing: the softmax is invariant to a per-row constant."""
-    node = match.nodes.get("rmax")
-    if node is None:
-        return None
-    if ix.shapes.is_last(node.inputs[0] if node.inputs else None, node.kwarg("dim")):
-        return None
-    return f"the maximum subtracted before the softmax is over dim={_dim_text(node.kwarg('dim'))}, not provably the key axis"
+    or not, or `s.max(dim=-1, keepdim=True)[0]`) before the softmax changes nothing: the softmax is
+    invariant to a per-row constant. So it is right after the product (`$rmax0`, BEATs' `(w -
+    w.max(dim=-1, keepdim=True)[0]) * alpha`): the scale that follows, the masks and fills add to
+    each row that constant times a factor, which the softmax drops as well."""
+    for key in ("rmax", "rmax0"):
+        node = match.nodes.get(key)
+        if node is not None and not ix.shapes.is_last(node.inputs[0] if node.inputs else None, node.kwarg("dim")):
+            return f"the maximum subtracted before the softmax is over dim={_dim_text(node.kwarg('dim'))}, not " \
+                "provably the key axis"
+    return None
 
 
 CHECKS["row_max_over_key_axis"] = _row_max_over_key_axis
@@ -940,6 +943,27 @@ def _scaled_after_fill(match: Match, ix: MethodIndex) -> str | None:
     return None
 
 
+def _mask_after_fill(match: Match, ix: MethodIndex) -> str | None:
+    """An additive mask added after the fill (`$mask3`: WavLM's gated position bias, added to the
+    key-padding-filled scores) is the kernel's additive mask where the fill is -inf on every path:
+    a filled key is -inf plus the term, -inf again (for a finite term, or one that is -inf), as in the
+    kernel, which adds its mask with -inf at the filled keys (`torch.where(fmask, -inf, mask)`); the
+    other keys get the term either way. After a finite fill a filled key would be the fill plus the
+    term, and a row whose every key is filled would be the softmax of the terms, no average of v."""
+    if "s3m" not in match.nodes:
+        return None
+    if "s3" not in match.nodes:
+        return "an additive mask read as one after a fill where there is none"
+    values = _fill_values(match.bindings.get("fill"), ix)
+    if not all(_fill_is_infinite(v) for v in values):
+        return "an additive mask is added after a `masked_fill` whose value is not -inf (a filled key gets the " \
+            "fill plus the mask)"
+    return None
+
+
+CHECKS["mask_after_fill"] = _mask_after_fill
+
+
 _PLAIN_NAME = re.compile(r"[A-Za-z_][\w.]*")
 
 
@@ -1270,12 +1294,20 @@ def _same_size(a, b) -> bool:
     return a == b or (isinstance(a, Sym) and isinstance(b, Sym) and a.text.replace(" ", "") == b.text.replace(" ", ""))
 
 
+_SPLITS = ("sv", "s2u", "s2v")  # the views of the scores a match may bind before their fill, in order
+
+
 def round_trip(match: Match) -> tuple[Node | None, Node | None, str] | None:
     """The views of the scores around a mask the match reads, as (split, merge, the binding of the
     mask added between them): `$sv`, `$s2u` around `$mask` (BART's `w.view(bsz, heads, tgt, src) +
     mask`), or, after a first mask added outside, `$s2u`, `$s2v` around `$mask2` (Swin's relative
-    position bias, then the window mask through `attn.view(B_ // nW, nW, H, N, N)`). None where the
-    match binds no view."""
+    position bias, then the window mask through `attn.view(B_ // nW, nW, H, N, N)`), or the view
+    before the fill and `$s3v` after it around `$fmask` (fairseq's key-padding fill,
+    `w.view(bsz, heads, tgt, src).masked_fill(kpm[:, None, None], -inf).view(bsz * heads, tgt, src)`).
+    None where the match binds no view."""
+    if "s3v" in match.nodes:
+        splits = [match.nodes[key] for key in _SPLITS if key in match.nodes]
+        return (splits[0] if len(splits) == 1 else None), match.nodes["s3v"], "fmask"
     if "s2v" in match.nodes:
         return match.nodes.get("s2u"), match.nodes["s2v"], "mask2"
     if "sv" in match.nodes or "s2u" in match.nodes:
@@ -1293,11 +1325,29 @@ def _mask_view_round_trip(match: Match, ix: MethodIndex) -> str | None:
     (Swin's `attn.view(B_ // nW, nW, H, N, N) + mask.unsqueeze(1).unsqueeze(0)`, viewed back with
     `.view(-1, H, N, N)`, ShapeFacts.leading_split): the kernel's operands stay as they are and the
     mask is folded into their layout, broadcast to the split axes and those flattened
-    (`m.expand(B_ // nW, nW, -1, -1, -1).flatten(0, 1)`), whichever order the split names."""
+    (`m.expand(B_ // nW, nW, -1, -1, -1).flatten(0, 1)`), whichever order the split names. A fill
+    made through such views of 3-D `torch.bmm` scores (fairseq's key padding, `w.view(bsz, heads,
+    tgt, src).masked_fill(kpm[:, None, None], -inf)`, then `$s3v` viewing it back) is the kernel's
+    fill as it is, the operands viewed alike; masks added before the split or after the merge are
+    broadcast to the 3-D scores' shape and split the same way (engine/synthesize/layout.py)."""
     views = round_trip(match)
     if views is None:
         return None
     split, merge, inner = views
+    if inner == "fmask" and "s3" not in match.nodes and split is not None and ("s2" in match.nodes or "s2m" in match.nodes):
+        # the views around an additive mask, their merge read after the fill there is none of: the
+        # reading of the merge before it takes them, this one gives its reason where they are refused
+        problem = _round_trip_problem(match, ix, split, merge, "mask")  # type: ignore[arg-type]
+        return problem or "the scores' round trip of views is read around their first mask"
+    if inner == "fmask":
+        if split is None or "s3" not in match.nodes:
+            return "the scores are viewed to another shape and not back around a mask"
+        # one reading of the view before the fill: the last step that can take it
+        order = ("sv", "s2", "s2c", "s2u", "s2m", "s2v")
+        key = next(k for k in _SPLITS if match.nodes.get(k) is split)
+        if key != "s2v" and not any(k in match.nodes for k in order[order.index(key) + 1:]):
+            return "the scores' round trip of views is read around their fill at a later step"
+        return _round_trip_problem(match, ix, split, merge, inner)
     if split is None or merge is None or ("s2" if inner == "mask" else "s2m") not in match.nodes:
         return "the scores are viewed to another shape and not back around a mask"
     if inner == "mask2" and "sv" in match.nodes:
@@ -1314,7 +1364,9 @@ def _round_trip_problem(match: Match, ix: MethodIndex, split: Node, merge: Node,
     if outer is None or back is None:
         return "the scores' views do not name their sizes"
     products = [match.nodes.get(k) for k in ("s0", "out")]
-    if inner == "mask" and all(p is not None and p.target in _BATCHED_3D for p in products):
+    if inner == "fmask" and not all(p is not None and p.target in _BATCHED_3D for p in products):
+        return "the scores are filled through a view of them; only the 3-D scores of torch.bmm split into 4-D are covered"
+    if inner in ("mask", "fmask") and all(p is not None and p.target in _BATCHED_3D for p in products):
         if len(outer) != 4 or len(back) != 3:
             return "the mask is added through a view of the scores; only the 3-D scores of torch.bmm split into 4-D are covered"
         if any(isinstance(o, Var) and re.fullmatch(r"_t\d+", o.name) for o in outer[:2]):
@@ -1352,7 +1404,8 @@ def folded_mask(match: Match, facts: ShapeFacts) -> tuple[str, Operand, Operand,
     if views is None or views[0] is None or views[1] is None:
         return None
     split, merge, inner = views
-    if inner == "mask" and all((p := match.nodes.get(k)) is not None and p.target in _BATCHED_3D for k in ("s0", "out")):
+    if inner in ("mask", "fmask") and all((p := match.nodes.get(k)) is not None and p.target in _BATCHED_3D
+                                          for k in ("s0", "out")):
         return None
     sizes = facts.leading_split(split, merge)
     rank = facts.rank(split.inputs[0])

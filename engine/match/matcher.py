@@ -24,6 +24,7 @@ Scope analysis then decides what may be done with a match:
 
 from __future__ import annotations
 
+import ast
 import itertools
 import math
 import re
@@ -58,6 +59,14 @@ _KEEPDIM_REDUCTIONS = {"mean", ".mean", "sum", ".sum", "var", ".var", ".amax", "
 # (`MethodIndex.views`)
 CAST_KEY = "~cast:"
 VIEW_KEY = "~view:"
+# methods whose result holds their tensor's values in its shape, dtype and device (a copy, or the
+# tensor itself): the match passes through them as through an identity cast (`_Matcher.producers`)
+_SAME_VALUES = {".contiguous", ".clone"}
+# ops whose result is a tensor made from their first operand, a tensor (a method that None lacks, an
+# operator that None does not take): a test of such a value against None is decided
+_TENSOR_RESULTS = {".contiguous", ".clone", ".permute", ".transpose", "transpose", ".view", ".reshape", ".unsqueeze",
+                   ".squeeze", ".flatten", ".unflatten", ".expand", ".repeat", ".to", ".float", ".half", ".bfloat16",
+                   ".type_as", ".masked_fill", "masked_fill", "matmul", "softmax", "dropout"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -251,6 +260,31 @@ def _eval_math(text: str) -> float | None:
     return float(value) if isinstance(value, (int, float)) else None
 
 
+_IDENTIFIER = re.compile(r"(?<![\w.])[A-Za-z_]\w*")
+_CONSTANT_WORDS = frozenset({"None", "True", "False", "is", "not", "and", "or"})
+
+
+def constant_truth(text: str) -> bool | None:
+    """The value of a condition made of constants only (`None is not None`: a helper's test of a
+    parameter its caller left at its default), else None."""
+    if "'" not in text and '"' not in text and any(
+            word not in _CONSTANT_WORDS for word in _IDENTIFIER.findall(text)):
+        return None  # it names something (no string holds that word): a Name, never a constant
+    try:
+        tree = ast.parse(text, mode="eval")
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return None
+    allowed = (ast.Expression, ast.Constant, ast.Compare, ast.BoolOp, ast.UnaryOp, ast.Not, ast.And, ast.Or,
+               ast.Is, ast.IsNot, ast.Eq, ast.NotEq)
+    if not all(isinstance(n, allowed) for n in ast.walk(tree)):
+        return None
+    try:
+        value = eval(compile(tree, "<condition>", "eval"), {"__builtins__": {}})  # noqa: S307 - constants only
+    except Exception:  # noqa: BLE001 - a comparison that raises decides nothing
+        return None
+    return value if isinstance(value, bool) else None
+
+
 def _literal_equal(expected: object, operand: Operand) -> bool:
     if isinstance(expected, bool) or expected is None or isinstance(expected, str):
         return isinstance(operand, Const) and operand.value == expected and type(operand.value) is type(expected)
@@ -340,6 +374,7 @@ class MethodIndex:
         self.stands_for: dict[int, tuple[Node, ...]] = {}  # a view -> the nodes it stands for
         self._keepdim: dict[int, Node | None] = {}
         self._products: dict[int, Node | None] = {}
+        self._decided: dict[int, bool | None] = {}
 
     def __getattr__(self, name: str):
         # defs, by_op, by_target: built together on first use; cond_text when a match is made
@@ -458,6 +493,45 @@ class MethodIndex:
                         self._phis.setdefault(marker.value, node)
         return self._phis.get(cid)
 
+    def decided(self, cid: int) -> bool | None:
+        """The value decision `cid` always takes, where it is known: a test of constants only (`not
+        True`, `None is not None`: an inlined helper's test of a parameter its caller passed or left
+        at its default), or `V is not None` / `V is None` of a value that is never None (a tensor
+        method's result, `bias = self.linear(pair).permute(0, 3, 1, 2)`). None otherwise."""
+        if cid in self._decided:
+            return self._decided[cid]
+        text = self.cond_text.get(cid)
+        truth = constant_truth(text) if text else None
+        phi = self.phi_of(cid) if truth is None else None
+        test = phi.kwarg("test") if phi is not None else None
+        compare = self.defs.get(test.name) if isinstance(test, Var) else None
+        if compare is not None and compare.op in ("compare:is", "compare:isnot") and len(compare.inputs) == 2 \
+                and compare.inputs[1] == _NONE and isinstance(compare.inputs[0], Var) \
+                and self._never_none(compare.inputs[0]):
+            truth = compare.op == "compare:isnot"
+        self._decided[cid] = truth
+        return truth
+
+    def possible(self, guard) -> bool:
+        """No branch decision of `guard` ((cid, taken) pairs or `Cond`s) is one the code never takes."""
+        for cond in guard:
+            cid, taken = (cond.id, cond.taken) if isinstance(cond, Cond) else cond
+            truth = self.decided(cid)
+            if truth is not None and truth != taken:
+                return False
+        return True
+
+    def _never_none(self, value: Var, depth: int = 0) -> bool:
+        """`value` holds a tensor on every path: the result of a tensor method or operator that gives
+        a tensor (none of them gives None), or a merge of such."""
+        node = self.defs.get(value.name)
+        if node is None or depth > 8:
+            return False
+        if node.kind == "phi":
+            merged = [v for v in node.inputs if isinstance(v, Var)]
+            return len(merged) == len(node.inputs) > 0 and all(self._never_none(v, depth + 1) for v in merged)
+        return node.kind == "op" and node.op in _TENSOR_RESULTS and bool(node.inputs) and isinstance(node.inputs[0], Var)
+
     @property
     def layers(self) -> dict[str, LayerDef]:
         return self.info.layers
@@ -542,6 +616,32 @@ class MethodIndex:
             view = Node(reduced.kind, reduced.op, reduced.inputs, kwargs, node.outputs, reduced.target, node.guard,
                         node.pos, node.via)
             self.stands_for[id(view)] = (reduced, node)
+        self._keepdim[id(node)] = view
+        return view
+
+    def max_view(self, node: Node) -> Node | None:
+        """`x.max(dim=d, keepdim=keep)[0]` (or `torch.max`), the values of a maximum whose indices
+        nothing reads, seen as `x.amax(dim=d, keepdim=keep)`: the same values (their gradient goes
+        to one of tied maxima rather than spread over them, which nothing the rules match reads:
+        the row maximum the softmax is invariant to). None for any other node. The view stands for
+        both nodes."""
+        if node.kind != "op" or node.op != "getitem" or len(node.inputs) != 2 or node.inputs[1] != Const(0) \
+                or not isinstance(node.inputs[0], Var) or not node.outputs:
+            return None
+        cached = self._keepdim.get(id(node), False)
+        if cached is not False:
+            return cached
+        view = None
+        pair = self.defs.get(node.inputs[0].name)
+        if pair is not None and pair.kind == "op" and pair.op in (".max", "torch.max") and pair.via == node.via \
+                and len(pair.inputs) in (1, 2) and [u for u in self.uses.get(node.inputs[0].name, ()) if u is not node] == []:
+            dim = pair.inputs[1] if len(pair.inputs) == 2 else pair.kwarg("dim")
+            extra = {k for k, _ in pair.kwargs} - {"dim", "keepdim"}
+            if isinstance(dim, Const) and type(dim.value) is int and not extra \
+                    and (len(pair.inputs) == 1 or pair.kwarg("dim") is None):
+                kwargs = (("dim", dim), ("keepdim", pair.kwarg("keepdim", Const(False))))
+                view = Node("op", ".amax", pair.inputs[:1], kwargs, node.outputs, None, node.guard, node.pos, node.via)
+                self.stands_for[id(view)] = (pair, node)
         self._keepdim[id(node)] = view
         return view
 
@@ -667,6 +767,8 @@ class _Matcher:
     # -- conditions ------------------------------------------------------------------------
 
     def add_guard(self, state: _State, guard: tuple[Cond, ...]) -> bool:
+        if guard and not self.ix.possible(guard):
+            return False  # a node on a branch the code never takes
         for cond in guard:
             have = state.conds.get(cond.id)
             if have is None:
@@ -910,8 +1012,14 @@ class _Matcher:
             s.nodes[f"{CAST_KEY}{node.outputs[0]}"] = node
             s.used.add(id(node))
             return self.producers(node.inputs[0], s)
+        if node.kind == "op" and node.op in _SAME_VALUES and len(node.inputs) == 1 and id(node) not in state.used:
+            # `s.contiguous()`, `s.clone()`: the same values in the same shape, dtype and device
+            s = state.copy()
+            s.nodes[f"{CAST_KEY}{node.outputs[0]}"] = node
+            s.used.add(id(node))
+            return self.producers(node.inputs[0], s)
         found: list = []
-        kept = self.ix.keepdim_view(node)
+        kept = self.ix.keepdim_view(node) or self.ix.max_view(node)
         if kept is not None and not {id(n) for n in self.ix.stands_for[id(kept)]} & state.used:
             # `mean(v, dim=d).unsqueeze(d)` is `mean(v, dim=d, keepdim=True)`
             s = state.copy()
@@ -935,8 +1043,8 @@ class _Matcher:
                 if decides:
                     cid = cid_operand.value  # type: ignore[union-attr]
                     taken = position == 0
-                    if state.conds.get(cid, taken) != taken:
-                        continue  # the state took the other branch
+                    if state.conds.get(cid, taken) != taken or not self.ix.possible(((cid, taken),)):
+                        continue  # the state took the other branch, or the code never takes this one
                     s = state.copy()
                     s.conds[cid] = taken
                 else:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Callable
 
+from engine.analysis.numbers import tree_of
 from engine.analysis.shapes import CASTS
 from engine.dsl.ir import HELPER_CONDITION, Cond, Const, FileModel, Node, Pos, Sym, Var
 from engine.match import constraints
-from engine.match.matcher import FileIndexes, Finding, Match, MethodIndex, match_method
+from engine.match.matcher import FileIndexes, Finding, Match, MethodIndex, constant_truth, match_method
 from engine.match.rewritten_form import in_rewritten_form
 from engine.match.rule import Rule
 
@@ -24,32 +26,10 @@ def _literal_text(text: str, taken: bool) -> str:
         return _atom(text)
     if text.startswith("not ") and _atom(text[4:]) == text[4:]:
         return text[4:]  # not (not x) is x
+    subject, _, rest = text.partition(" is not ")
+    if rest == "None" and _atom(subject) == subject and " is " not in subject:
+        return f"{subject} is None"  # not (x is not None) is x is None
     return f"not {text}" if text.replace("_", "").replace(".", "").isalnum() else f"not ({text})"
-
-
-_IDENTIFIER = re.compile(r"(?<![\w.])[A-Za-z_]\w*")
-_CONSTANT_WORDS = frozenset({"None", "True", "False", "is", "not", "and", "or"})
-
-
-def _constant_truth(text: str) -> bool | None:
-    """The value of a condition made of constants only (`None is not None`: a helper's test of a
-    parameter its caller left at its default), else None."""
-    if "'" not in text and '"' not in text and any(
-            word not in _CONSTANT_WORDS for word in _IDENTIFIER.findall(text)):
-        return None  # it names something (no string holds that word): a Name, never a constant
-    try:
-        tree = ast.parse(text, mode="eval")
-    except (SyntaxError, ValueError, MemoryError, RecursionError):
-        return None
-    allowed = (ast.Expression, ast.Constant, ast.Compare, ast.BoolOp, ast.UnaryOp, ast.Not, ast.And, ast.Or,
-               ast.Is, ast.IsNot, ast.Eq, ast.NotEq)
-    if not all(isinstance(n, allowed) for n in ast.walk(tree)):
-        return None
-    try:
-        value = eval(compile(tree, "<condition>", "eval"), {"__builtins__": {}})  # noqa: S307 - constants only
-    except Exception:  # noqa: BLE001 - a comparison that raises decides nothing
-        return None
-    return value if isinstance(value, bool) else None
 
 
 def _simplify(terms: list[frozenset]) -> list[frozenset]:
@@ -59,7 +39,7 @@ def _simplify(terms: list[frozenset]) -> list[frozenset]:
     one leaves it."""
     decided = []
     for term in terms:
-        truths = {(text, taken): _constant_truth(text) for text, taken in term}
+        truths = {(text, taken): constant_truth(text) for text, taken in term}
         if any(t is not None and t != taken for (_, taken), t in truths.items()):
             continue
         decided.append(frozenset(lit for lit, t in truths.items() if t is None))
@@ -244,24 +224,58 @@ _SHAPE_KEEPING = {"scale", "mul", "div", "add", "sub", "masked_fill", ".masked_f
                   ".type", ".half", ".bfloat16", "softmax", "dropout", "torch.where", ".contiguous", ".clone"}
 
 
-def _score_shaped(match: Match) -> set[str]:
+def _score_shaped(match: Match, ix: MethodIndex, whole: bool = False) -> set[str]:
     """The names of matched values shaped like the attention scores (..., query, key): the product
     of `$q` and `$k` (`s0`) and what the match computes from it elementwise (scaled, masked,
-    normalized, dropped out). A skipped optional step stands for its first input."""
+    normalized, dropped out). A skipped optional step stands for its first input. With `whole`, the
+    values of the product's very shape: an addition counts only in place (`w += attn_mask`, which
+    cannot broadcast to a larger shape), and the view that merges a round trip of views back
+    (constraint `mask_view_round_trip`) gives that shape again."""
     pattern = match.pattern
     if pattern is None or "s0" not in match.nodes or not {"q", "k"} <= match.bindings.keys():
         return set()
     keys = {"s0"}
+    views = constraints.round_trip(match) if whole else None
+    merge = next((key for key, node in match.nodes.items() if node is views[1]), None) \
+        if views is not None and views[0] is not None and not constraints.CHECKS["mask_view_round_trip"](match, ix) \
+        else None
+    split = next((key for key, node in match.nodes.items() if node is views[0]), None) if merge is not None else None
+    between: set[str] = set()  # computed from the split view, before the merge
     for stmt in pattern.stmts[:-1]:
         if stmt.out is None or stmt.out == "s0" or not stmt.data_args:
             continue
-        if stmt.out in match.skipped:
+        if stmt.out == split:
+            between.add(stmt.out)
+        elif stmt.out in match.skipped:
             if stmt.data_args[0] in keys:
                 keys.add(stmt.out)
-        elif stmt.out in match.nodes and {op.name for op in stmt.all_ops} <= _SHAPE_KEEPING \
-                and any(arg in keys for arg in stmt.data_args):
+            elif stmt.data_args[0] in between:
+                between.add(stmt.out)
+        elif stmt.out == merge and stmt.data_args[0] in between:
             keys.add(stmt.out)
+        elif stmt.out in match.nodes and {op.name for op in stmt.all_ops} <= _SHAPE_KEEPING \
+                and any(arg in keys for arg in stmt.data_args) \
+                and not (whole and "add" in {op.name for op in stmt.all_ops} and not _in_place(match.nodes[stmt.out], ix)):
+            keys.add(stmt.out)
+        elif stmt.out in match.nodes and any(arg in between for arg in stmt.data_args):
+            between.add(stmt.out)
     return {match.nodes[key].outputs[0] for key in keys if key in match.nodes and match.nodes[key].outputs}
+
+
+def _whole_scores(match: Match, ix: MethodIndex) -> set[str]:
+    """The values of the 3-D product of `torch.bmm`'s very shape (`_score_shaped`), where both
+    products are `torch.bmm`; else none."""
+    if not all((p := match.nodes.get(k)) is not None and p.target in constraints._BATCHED_3D for k in ("s0", "out")):
+        return set()
+    return _score_shaped(match, ix, whole=True)
+
+
+def _in_place(node: Node, ix: MethodIndex) -> bool:
+    """`node` is an augmented assignment's operation (`w += m`: in place, the target's shape kept)."""
+    tree = tree_of(ix.file.path) if node.pos is not None and not node.via else None
+    return tree is not None and any(isinstance(s, ast.AugAssign) and (s.lineno, s.col_offset) == (node.pos.line, node.pos.col)
+                                    and (s.end_lineno, s.end_col_offset) == (node.pos.end_line, node.pos.end_col)
+                                    for s in ast.walk(tree))
 
 
 # Ops whose result has their first operand's shape and device whatever the others are: a fill's mask
@@ -287,7 +301,7 @@ def _of_scores(operand, scores: set[str], ix: MethodIndex, depth: int = 0,
     node = ix.defs.get(operand.name)
     if node is None or not node.inputs:
         return False
-    if node.kind == "op" and (node.op in keeps
+    if node.kind == "op" and (node.op in keeps or node.op == "assign" and len(node.inputs) == 1
                               or node.op == "scale" and len(node.inputs) == 2 and isinstance(node.inputs[1], Const)):
         return _of_scores(node.inputs[0], scores, ix, depth + 1, keeps)
     if node.kind != "phi":
@@ -306,14 +320,17 @@ def _axes(index: object) -> tuple[str, ...] | None:
     return None
 
 
-def _restatement(use: Node, scores: set[str], ix: MethodIndex,
-                 dtyped: set[str] | frozenset[str] = frozenset()) -> tuple[Node, tuple[str, ...]] | None:
+def _restatement(use: Node, scores: set[str], ix: MethodIndex, dtyped: set[str] | frozenset[str] = frozenset(),
+                 whole: Callable[[], set[str]] = set) -> tuple[Node, tuple[str, ...]] | None:
     """A read of the scores' metadata that the query and the key state as well, and the node whose
     expression becomes that statement: `s.device` (the query's device), `s.shape[-1]` /
     `s.size(-1)` (the key's length), `s.shape[-2]` (the query's), `s.shape[-2:]` (both), and
     `s.dtype` (the query's) where `s` is one of `dtyped`, the product and its scalings by a number
     (`matmul` takes operands of one dtype and gives that dtype; a fill keeps it too, a cast does
-    not). The rewrite removes the scores; such a read is then written on `$q` and `$k` (synthesis)."""
+    not). The rewrite removes the scores; such a read is then written on `$q` and `$k` (synthesis).
+    A read of the whole shape (`w.size()`, `w.shape`) of values of the product's very shape (`whole`:
+    the 3-D scores of `torch.bmm`, whose shape is the query's but its last axis, then the key's
+    length) is restated as that (WavLM's `position_bias.view(attn_weights.size())`)."""
     if use.kind != "op" or not use.inputs or use.pos is None:
         return None
     if use.op == "getattr" and not use.via and use.inputs[1:] == (Const("dtype"),) and isinstance(use.inputs[0], Var) \
@@ -324,6 +341,10 @@ def _restatement(use: Node, scores: set[str], ix: MethodIndex,
         if users and all(u.kind != "phi" and u.op in ("torch.finfo", "torch.iinfo") for u in users):
             return use, ("dtype",)
         return None
+    if (use.op == ".size" and len(use.inputs) == 1 or use.op == "getattr" and use.inputs[1:] == (Const("shape"),)
+            and not any(u.op == "getitem" for out in use.outputs for u in ix.uses.get(out, []))) \
+            and not use.kwargs and _of_scores(use.inputs[0], whole(), ix):
+        return use, ("shape",)
     if not _of_scores(use.inputs[0], scores, ix):
         return None
     if use.op == ".size" and len(use.inputs) == 2 and not use.kwargs:
@@ -436,6 +457,8 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding | N
         finding.reason = reason
         return finding
 
+    match.optional.clear()  # (set again below: a match analysed once more starts afresh)
+    match.optional_through.clear()
     # 1. a known look-alike, constants and named constraints
     if match.pattern is not None and match.pattern.near_miss:
         return near_miss(match.pattern.near_miss)
@@ -455,10 +478,14 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding | N
         finding.companions.extend(_read_only_by([held], matched_ids, ix))
     finding.dead.extend(match.dead)
     # decisions where the other branch computes the same rewrite: its nodes go with the match
-    both_ways: set[int] = set()
+    # decisions the code always takes that way (a helper's test of a default, a tensor tested
+    # against None) need no guard, and a use on their other branch never runs
+    both_ways: set[int] = {cid for cid, taken in match.extra_conditions.items() if ix.decided(cid) == taken}
     match.fold_into = None
     match.fill_through = None
     for cid, taken in sorted(match.extra_conditions.items()):
+        if cid in both_ways:
+            continue
         both = _both_branches(match, cid, taken, siblings, ix, matched_ids | {id(n) for n in finding.companions})
         if both is not None:
             both_ways.add(cid)
@@ -473,7 +500,7 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding | N
     # through, a node a regrouped product stands for)
     sink_nodes = [n for key, n in match.nodes.items() if key not in consumed and not key.startswith("~")]
     root_outputs = {name for n in sink_nodes for name in n.outputs}
-    scores = _score_shaped(match)
+    scores = _score_shaped(match, ix)
     for node in nodes:
         for name in node.outputs:
             if name in root_outputs:
@@ -496,6 +523,8 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding | N
                 needed = dict(implied)
                 for c in use.guard:
                     needed[c.id] = c.taken
+                if not ix.possible(needed.items()):
+                    continue  # a use on a branch the code never takes
                 conflict = any(match.conditions.get(cid, taken) != taken for cid, taken in needed.items())
                 check = _shape_check(use, ix) if not conflict else None
                 if check is not None:
@@ -515,8 +544,8 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding | N
                 where = f"line {use.pos.line}" if use.pos else "a merge"
                 what = "returned" if use.kind == "return" else "stored" if use.kind == "store" else f"used by `{use.op}`"
                 if not extra:
-                    restated = (_restatement(use, scores, ix, _product_dtyped(match)) or _helper_argument(use, match, ix)) \
-                        if not rule.detect_only else None
+                    restated = (_restatement(use, scores, ix, _product_dtyped(match), lambda: _whole_scores(match, ix))
+                                or _helper_argument(use, match, ix)) if not rule.detect_only else None
                     if restated is not None:
                         # `torch.eye(dots.shape[-1], device=dots.device)` where the kernel runs: the
                         # kept statement reads the key's length and the query's device instead
@@ -622,7 +651,9 @@ def _covered(match: Match, cid: int, taken: bool, siblings: list[Match], ix: Met
     the kernel then receives the variable itself, which is None on that branch."""
     if _conditional_factor(match, cid, taken, siblings, ix):
         return True
-    summed = set(_SUMMED) if all(name in match.bindings for name in _SUMMED) else set()
+    # one term of a sum of masks may be None (the kernel's mask is then the other terms), not two
+    bound = {name for name in _SUMMED if name in match.bindings}
+    summed = bound if len(bound) > 1 and match.optional & bound else set()
     for other in siblings:
         if other is match or other.conditions.get(cid) != (not taken):
             continue
@@ -654,7 +685,7 @@ def _covered(match: Match, cid: int, taken: bool, siblings: list[Match], ix: Met
             return True
         # the binding is the variable moved or cast (`attention_mask.to(scores.device)`), which a
         # None cannot be: the kernel gets the value where the variable is set and None elsewhere
-        cast = [key for key, v in match.bindings.items() if isinstance(v, Var) and key in ("mask", "mask2")
+        cast = [key for key, v in match.bindings.items() if isinstance(v, Var) and key in _SUMMED
                 and not summed and isinstance(subject, Var) and _method_of(v, subject, ix)]
         if cast:
             match.optional.update(cast)
@@ -692,7 +723,7 @@ def _optional_fill(match: Match, subject: Var, cid: int, ix: MethodIndex) -> str
     only, so where the fill runs every value of that computation is set. Returns the variable's
     name, None where the fill is not such a one."""
     fmask = match.bindings.get("fmask")
-    if not isinstance(fmask, Var) or any(name in match.bindings for name in ("mask", "mask2", "keep")):
+    if not isinstance(fmask, Var) or any(name in match.bindings for name in (*_SUMMED, "keep")):
         return None
     if "nan_rows" in match.bindings and (len(match.root.outputs) != 1 or constraints.TEMP.match(match.root.outputs[0])):
         return None  # the result is no name's value: the rows' fix-up has no statement to go in
@@ -1005,10 +1036,10 @@ def _conditional_factor(match: Match, cid: int, taken: bool, siblings: list[Matc
     return False
 
 
-# Bindings the attention rewrite adds up into one mask when both are bound (engine/synthesize/layout.py):
-# there a None on one path is no pass-through (`None + bias` raises), so that path keeps the original;
-# `$mask` in a template stands for both.
-_SUMMED = ("mask", "mask2")
+# Bindings the attention rewrite adds up into one mask where several are bound (engine/synthesize/layout.py):
+# a None on one path is the sum of the others there, on two it is no pass-through (`None + bias` raises),
+# so that path keeps the original; `$mask` in a template stands for them all.
+_SUMMED = ("mask", "mask2", "mask3")
 
 
 def _in_template(name: str, rewrite: str) -> bool:
@@ -1137,8 +1168,19 @@ def _least_guarded(best: Match, ix: MethodIndex, group: list[Match]) -> Finding 
             candidate = analyse(max(plain, key=fullness), ix, group)
             if candidate is not None and candidate.status in ("rewritten", "guarded"):
                 finding, chosen = candidate, max(plain, key=fullness)
-    if finding is not None and finding.status == "guarded" and all(name in best.bindings for name in _SUMMED):
-        single = [m for m in group if m is not best and not all(name in m.bindings for name in _SUMMED)]
+    if finding is not None and finding.status == "guarded" and finding.guard_text == "True":
+        # the original would be kept everywhere (a match through the branch that returns the
+        # weights): the fullest match whose kernel runs somewhere, where there is one
+        for other in sorted((m for m in group if m is not best), key=fullness, reverse=True):
+            candidate = analyse(other, ix, group)
+            if candidate is not None and candidate.status in ("rewritten", "guarded") and candidate.guard_text != "True":
+                finding, chosen = candidate, other
+                break
+    def terms(m: Match) -> int:
+        return sum(name in m.bindings for name in _SUMMED)
+
+    if finding is not None and finding.status == "guarded" and terms(best) > 1:
+        single = [m for m in group if m is not best and terms(m) < terms(best)]
         if single:
             other = max(single, key=fullness)
             candidate = analyse(other, ix, group)
@@ -1180,7 +1222,7 @@ def adopt(finding: Finding, other: Finding) -> None:
 # constraints on how the match reads the scores' layout and order of steps: a reading they refuse
 # (another value's product permuted and added to the scores, taken for the scores; a scale after an
 # additive mask taken for a scale after the fill) gives way to a less full one of the same root
-_READINGS = ("scores_permuted_back", "scaled_after_fill", "mask_view_round_trip")
+_READINGS = ("scores_permuted_back", "scaled_after_fill", "mask_view_round_trip", "mask_after_fill")
 
 
 def _fullness(m: Match, ix: MethodIndex) -> tuple:

@@ -52,7 +52,7 @@ from engine.analysis.contraction import ONE_ROW
 from engine.analysis.shapes import ShapeFacts
 from engine.dsl import canonical as C
 from engine.dsl.ir import Const, Node, Operand, Seq, Var
-from engine.match.constraints import folded_mask
+from engine.match.constraints import folded_mask, round_trip
 from engine.match.matcher import Match
 from engine.synthesize.template import TemplateError
 
@@ -221,33 +221,48 @@ def lookup(match: Match, base: Callable[[str], str | None],
 
     def adapted(name: str) -> str | None:
         if name == "mask":  # several additive masks are one: their sum
-            terms = [_folded(match, key, base(key), render) for key in ("mask", "mask2")]
-            terms = [t for t in terms if t is not None]
+            raw = {key: base(key) for key in ("mask", "mask2", "mask3")}
+            keyed = [(key, _folded(match, key, raw[key], render)) for key in ("mask", "mask2", "mask3")]
+            terms = [t for _, t in keyed if t is not None]
             if not terms:
                 return None
             text = " + ".join(terms)
+            absent = [(raw[key], t) for key, t in keyed if key in match.optional and t is not None]
+            if len(terms) > 1 and absent:
+                # one term is None on some path (`if mask is not None: s += mask`): the others alone there
+                if len(absent) > 1 or "s2s" in match.nodes or "s3s" in match.nodes or "s2c" in match.nodes:
+                    raise TemplateError("several optional masks, or an optional mask scaled or clamped with another")
+                other = " + ".join(t for t in terms if t != absent[0][1])
+                return f"{other} if {absent[0][0]} is None else {text}"
+            after = keyed[2][1]  # added after the fill: not scaled with the scores (constraint `mask_after_fill`)
+            if after is not None and len(terms) > 1 and ("s2s" in match.nodes or "s3s" in match.nodes
+                                                         or "s2c" in match.nodes or match.fold_into is not None):
+                raise TemplateError("a mask added after the fill is summed with one scaled, clamped or folded")
             if match.fold_into is not None and len(terms) > 1:
                 if "s3s" in match.nodes or "s2s" in match.nodes or "s2c" in match.nodes:
                     raise TemplateError("a mask set on one branch is scaled or clamped with another")
                 other = " + ".join(t for t in terms if t != match.fold_into)
                 return f"{other} if {match.fold_into} is None else {other} + {match.fold_into}"
             for step, name in (("s2s", "factorm"), ("s3s", "factor3")):
-                factor = base(name) if step in match.nodes else None
+                factor = base(name) if step in match.nodes and terms != [after] else None
                 if factor is not None:  # `(s + m) * c`: the kernel scales before it adds (constraint `scaled_after_fill`)
                     text = f"{_atom(text)} * {_atom(factor)}"
-            through = match.optional_through.get("mask") or match.optional_through.get("mask2")
+            through = match.optional_through.get("mask") or match.optional_through.get("mask2") \
+                or match.optional_through.get("mask3")
             if "s2c" in match.nodes and len(terms) == 1:
                 # the scores clamped at their dtype's lowest value after the mask (OPT): the kernel
                 # adds the mask itself, so the mask is clamped the same way (constraint `clamp_at_lowest`)
                 clamped = f"torch.max({text}, torch.tensor(torch.finfo({_atom(text)}.dtype).min))"
                 return f"{clamped} if {text} is not None else None" if match.optional & {"mask"} else clamped
             if through is not None and len(terms) == 1 and text != through:
-                # `attention_mask.to(q.device)` where the mask may be None: None passes as it is
-                return f"{text} if {through} is not None else None"
-            if match.optional & {"mask", "mask2"} and "fmask" in match.bindings:
+                # `attention_mask.to(q.device)` where the mask may be None: None passes as it is (0.0
+                # in the fill's mask built around it, `torch.where(fmask, -inf, mask)`, which takes no None)
+                return f"{text} if {through} is not None else {'0.0' if 'fmask' in match.bindings else 'None'}"
+            if match.optional & {"mask", "mask2", "mask3"} and "fmask" in match.bindings:
                 # the fill's mask is built around the additive one (`torch.where(fmask, -inf, mask)`),
                 # which takes no None: where the code adds it only when present, so does the rewrite
-                return f"{text} if {text} is not None else 0.0"
+                tested = absent[0][0] if absent else text
+                return f"{text} if {tested} is not None else 0.0"
             return text
         if name == "factor":  # the score factors in series, each as the branch it runs on says
             texts = {n: base(n) for n in ("factor", "tdiv_number", "factor2", "factorm", "factor3")}
@@ -298,7 +313,19 @@ def lookup(match: Match, base: Callable[[str], str | None],
             return f"({text} / {_atom(divisor)})" if divisor is not None else None
         return text
 
-    return adapted
+    split = bmm_split(match)
+    if split is None:
+        return adapted
+
+    def unflattened(name: str) -> str | None:
+        # a mask added to (or a fill made in) the 3-D scores viewed (bsz, heads, tgt, src): the
+        # operands are viewed the same way, and the kernel's result flattened back (`_four_d`)
+        text = adapted(name)
+        if name not in ("q", "k", "v") or text is None:
+            return text
+        return _atom(text) + _split_text(split, render)
+
+    return unflattened
 
 
 def _one_row(match: Match, key: str) -> bool:
@@ -307,12 +334,79 @@ def _one_row(match: Match, key: str) -> bool:
     return node is not None and node.target == ONE_ROW
 
 
+# the statement adding each additive mask, and the views a round trip may split the scores at (in order)
+_ADDS = {"mask": "s2", "mask2": "s2m", "mask3": "s3m"}
+_STEPS = ("sv", "s2", "s2u", "s2m", "s2v", "s3", "s3v", "s3m")
+
+
+def bmm_split(match: Match) -> Node | None:
+    """The view that splits the 3-D scores of `torch.bmm` into (bsz, heads, tgt, src) around a mask
+    (constraint `mask_view_round_trip`): the kernel's operands are viewed the same way."""
+    views = round_trip(match)
+    if views is None or views[2] not in ("mask", "fmask") or views[0] is None or views[1] is None:
+        return None
+    if not all((p := match.nodes.get(k)) is not None and p.target in ("torch.bmm", ".bmm", "torch.baddbmm", ".baddbmm")
+               for k in ("s0", "out")):
+        return None
+    return views[0]
+
+
+def _unsplit(match: Match, key: str, text: str, render: Callable[[Operand], str]) -> str:
+    """An additive mask of 3-D `torch.bmm` scores added outside their round trip of views (before the
+    split, after the merge: `w += attn_mask.unsqueeze(0)`, then `w.view(bsz, heads, tgt, src)
+    .masked_fill(...)`) in the layout of the split: as it is where it broadcasts alike against both
+    (proven of rank 2 or less, or with a size-1 axis before its last two: the scores take no mask of
+    more axes than theirs, `w += attn_mask.unsqueeze(0)`), else broadcast to the 3-D
+    scores' shape, the merge's sizes, and its leading axis split as the scores' was
+    (`m.expand(bsz * heads, tgt, src).unflatten(0, (bsz, heads))`, a view)."""
+    split = bmm_split(match)
+    views = round_trip(match)
+    if split is None or views is None:
+        return text
+    key_of = {node_key: k for k, node_key in _ADDS.items()}
+    inside = False
+    for step in _STEPS:
+        if match.nodes.get(step) is split:
+            inside = True
+        elif match.nodes.get(step) is views[1]:
+            inside = False
+        elif key_of.get(step) == key:
+            break
+    if inside:
+        return text
+    facts = ShapeFacts(match.method, match.cls)
+    shape = facts.shape(match.bindings[key])
+    lead = shape.axis(-3) if shape is not None else None
+    if shape is not None and (shape.rank is not None and shape.rank <= 2 or lead is not None and lead.unit):
+        return text
+    outer, back = split.inputs[1:], views[1].inputs[1:]
+    if len(outer) == 1 and isinstance(outer[0], Seq):
+        outer = outer[0].items
+    if len(back) == 1 and isinstance(back[0], Seq):
+        back = back[0].items
+    if len(back) != 3 or any(isinstance(s, Const) and s.value == -1 for s in back) and (shape is None or shape.rank != 3):
+        raise TemplateError("a mask outside the scores' round trip of views has no sizes to be broadcast to")
+    sizes = ", ".join(_size_text(s, render) for s in back)
+    return f"{_atom(text)}.expand({sizes}){_split_text(split, render)}"
+
+
+def _split_text(split: Node, render: Callable[[Operand], str]) -> str:
+    """`.unflatten(0, (a, b))` of the split view `x.view(a, b, tgt, src)`."""
+    sizes = split.inputs[1:]
+    if len(sizes) == 1 and isinstance(sizes[0], Seq):
+        sizes = sizes[0].items
+    return f".unflatten(0, ({_size_text(sizes[0], render)}, {_size_text(sizes[1], render)}))"
+
+
 def _folded(match: Match, key: str, text: str | None, render: Callable[[Operand], str]) -> str | None:
     """The mask bound as `key` in the kernel's layout: as it is, or, added through views that split
     the scores' leading axis (`attn.view(B_ // nW, nW, H, N, N) + m`, then `.view(-1, H, N, N)`),
     broadcast to the split axes and those flattened into the scores' leading one, a copy of at most
-    the scores' size (`m.expand(B_ // nW, nW, -1, -1, -1).flatten(0, 1)`)."""
+    the scores' size (`m.expand(B_ // nW, nW, -1, -1, -1).flatten(0, 1)`); added outside the round
+    trip of 3-D `torch.bmm` scores, in the split's layout (`_unsplit`)."""
     fold = folded_mask(match, ShapeFacts(match.method, match.cls)) if text is not None else None
+    if fold is None and text is not None:
+        return _unsplit(match, key, text, render)
     if fold is None or fold[0] != key:
         return text
     if match.fold_into is not None:
@@ -379,6 +473,17 @@ def restated(match: Match, axes: tuple[str, ...], render: Callable[[Operand], st
     """The text of a read of the scores' metadata (`axes`, see engine/match/scope.py `_restatement`)
     on the operands the rewrite keeps, or None where an operand has no plain name (its expression
     would be evaluated again). `method`: `shape` (`k.shape[-2]`) or `size` (`k.size(-2)`)."""
+    if axes == ("shape",):
+        # the 3-D scores of torch.bmm: the query's shape, its last axis the key's length
+        query, key = sequence_axis(match, "q"), sequence_axis(match, "k")
+        if query is None or key is None or query[1] != -2:
+            return None
+        q, k = render(query[0]), render(key[0])
+        if q is None or k is None or not all(re.fullmatch(r"[A-Za-z_][\w.]*", text) for text in (q, k)):
+            return None
+        last = f"{key[1]}:{key[1] + 1}" if key[1] != -1 else "-1:"
+        return f"{q}.{method}()[:-1] + {k}.{method}()[{last}]" if method == "size" else \
+            f"{q}.shape[:-1] + {k}.shape[{last}]"
     texts = []
     for axis in axes:
         found = sequence_axis(match, "k" if axis == "key" else "q")
@@ -469,7 +574,7 @@ def _product_rank(match: Match, facts: ShapeFacts, node: Node | None) -> int | N
     return facts.rank(Var(node.outputs[0]))
 
 
-_MASKS = ("mask", "mask2", "fmask", "keep")
+_MASKS = ("mask", "mask2", "mask3", "fmask", "keep")
 
 
 def _kernel_rank(match: Match) -> tuple[int | None, ShapeFacts]:
@@ -535,10 +640,12 @@ def _kernel_call(code: str, kernel: str) -> ast.Call | None:
     return None
 
 
-def _size_text(size: Operand) -> str:
-    """A view's size operand as the code wrote it (a name, an attribute, a number)."""
+def _size_text(size: Operand, render: Callable[[Operand], str] | None = None) -> str:
+    """A view's size operand as the code wrote it (a name, an attribute, a number, an expression)."""
     if isinstance(size, Const):
         return repr(size.value)
+    if isinstance(size, Var) and render is not None:
+        return render(size)
     if isinstance(size, Var):
         return size.name.split(".", 1)[0]
     text = getattr(size, "text", str(size))
@@ -559,15 +666,13 @@ def _four_d(match: Match, code: str) -> str:
     spans = [(_offset(code, a.lineno, a.col_offset), _offset(code, a.end_lineno or a.lineno, a.end_col_offset or 0))
              for a in call.args[:3]]
     operands = [code[start:end] for start, end in spans]
-    split = match.nodes.get("sv") if folded_mask(match, facts) is None else None
+    split = bmm_split(match)
     if rank == 3 and split is not None:
-        # the mask was added to the scores viewed (bsz, heads, tgt, src): the operands are viewed
-        # the same way and the mask taken as it is (constraints `mask_view_round_trip`)
-        sizes = split.inputs[1:]
-        if len(sizes) == 1 and isinstance(sizes[0], Seq):
-            sizes = sizes[0].items
-        into, back = f".unflatten(0, ({_size_text(sizes[0])}, {_size_text(sizes[1])}))", ".flatten(0, 1)"
-    elif rank == 3:
+        # the mask was added to (or the fill made in) the scores viewed (bsz, heads, tgt, src): the
+        # operands are viewed the same way (`lookup`), and so is all the template computes from the
+        # kernel's result (the rows a fill masks whole); it is flattened back after that
+        return _atom(code) + ".flatten(0, 1)"
+    if rank == 3:
         into, back = ".unsqueeze(0)", ".squeeze(0)"
     elif rank == 2:
         # (query, feature) operands gain a batch and a head axis of 1; a mask broadcasts as before

@@ -901,12 +901,65 @@ class Synthesizer:
                 raise SynthesisError("a mask folded on its branch is not written under a guard")
             removable = [stmt for stmt in removable if stmt not in folded]
             restated = {**restated, **folded}
+        dels = self._dels(root_stmt.node, [*removable, *companions], code, postpone=guard is None)
         if guard is not None:
-            return self._guarded(finding, guard, root_stmt, new_stmt, removable, code, companions, restated)
+            return self._guarded(finding, guard, root_stmt, new_stmt, removable, code, companions, restated, dels)
         removable.extend(self.compound_at(pos) for pos in finding.dead)
-        new_stmt = self._keep_separation(root_stmt.node, new_stmt, removable)
-        footprint = [self._footprint(n) for n in [root_stmt.node, *removable, *restated]]
-        return Edit({root_stmt.node: new_stmt, **restated}, set(removable), {}, footprint, code)
+        removable.extend(stmt for stmt, new in dels.items() if new is None)
+        changed = {stmt: new for stmt, new in dels.items() if new is not None}
+        new_stmt, spaced = self._keep_separation(root_stmt.node, new_stmt, removable, changed)
+        changed.update(spaced)
+        footprint = [self._footprint(n) for n in [root_stmt.node, *removable, *restated, *changed]]
+        return Edit({root_stmt.node: new_stmt, **restated, **changed}, set(removable), {}, footprint, code)
+
+    def _dels(self, root: cst.CSTNode, removed: list[cst.CSTNode], code: str,
+              postpone: bool = True) -> dict[cst.CSTNode, cst.CSTNode | None]:
+        """The `del` statements of the function that the rewrite changes, each with its new form (None
+        where it goes): a name only the removed statements assign is gone (`del attn, v` after the
+        product with the value: `del v`), and a name the kernel call reads is no longer deleted before
+        it (`del q, k` right after the scores): it is deleted by the first `del` of the root's block
+        after the kernel call instead, where there is one (`del q, k, v`), else left to the function's
+        end (under a guard, where the original's path deletes it already, it is left there; from a
+        `del` in a block of its own, `if exists(mask): ...; del mask`, too)."""
+        if not any(isinstance(small, cst.Del) for stmt, _ in self.index.statements
+                   if isinstance(stmt, cst.SimpleStatementLine) for small in stmt.body):
+            return {}
+        function = self.index.parents.get(id(root))
+        while function is not None and not isinstance(function, cst.FunctionDef):
+            function = self.index.parents.get(id(function))
+        if function is None:
+            return {}
+        inside = self._statements_in(function)
+        gone = _assigned(removed) - _assigned([s for s in inside if s is not function and s not in removed])
+        reads = {n.value for n in _names_read(cst.parse_expression(code))}
+        anchor, body = self.block_of(root)
+        where = self.positions[root].start.line
+        first = min([self.positions[s].start.line for s in removed] + [where])
+        edits: dict[cst.CSTNode, cst.CSTNode | None] = {}
+        postponed: list[cst.Name] = []
+        later: cst.SimpleStatementLine | None = None
+        for stmt in inside:
+            dels = [s for s in stmt.body if isinstance(s, cst.Del)] if isinstance(stmt, cst.SimpleStatementLine) else []
+            if not dels:
+                continue
+            line = self.positions[stmt].start.line
+            names = [n for small in dels for n in _del_targets(small)]
+            keep = [n for n in names if not (isinstance(n, cst.Name) and n.value in gone and line > first)]
+            early = [n for n in keep if isinstance(n, cst.Name) and n.value in reads and first <= line < where]
+            if len(stmt.body) > 1 and (early or len(keep) != len(names)):
+                raise SynthesisError(f"line {line} deletes a name the rewrite changes beside other statements")
+            if stmt in body:
+                postponed += early
+            keep = [n for n in keep if n not in early]
+            if later is None and stmt in body and line > where:
+                later = stmt
+            if len(keep) != len(names):
+                edits[stmt] = _with_targets(stmt, keep)
+        if postponed and later is not None and postpone:
+            current = edits.get(later, later)
+            held = _del_targets(current.body[0]) if current is not None else []  # type: ignore[union-attr]
+            edits[later] = _with_targets(later, [*postponed, *held])
+        return edits
 
     def _fold_statement(self, match: Match, others: dict[cst.CSTNode, _Located]) -> dict[cst.CSTNode, cst.CSTNode]:
         """The statement that adds a mask through the scores' split views on one branch, as the
@@ -1087,7 +1140,7 @@ class Synthesizer:
         if guard is not None:
             return self._guarded(finding, guard, call_stmt, new_stmt, list(removable), new_code, [])
         if removable:
-            new_stmt = self._keep_separation(call_stmt.node, new_stmt, list(removable))
+            new_stmt, _ = self._keep_separation(call_stmt.node, new_stmt, list(removable), {}, below=False)
         footprint = [self._footprint(n) for n in [call_stmt.node, *removable]]
         return Edit({call_stmt.node: new_stmt}, set(removable), {}, footprint, new_code)
 
@@ -1133,21 +1186,33 @@ class Synthesizer:
             raise SynthesisError(f"the guard `{_key(guard)}` always holds here: the kernel would never run")
         return None if known is False else guard
 
-    def _keep_separation(self, root: cst.CSTNode, new_stmt: cst.CSTNode, removable: list[cst.CSTNode]) -> cst.CSTNode:
+    def _keep_separation(self, root: cst.CSTNode, new_stmt: cst.CSTNode, removable: list[cst.CSTNode],
+                         changed: dict[cst.CSTNode, cst.CSTNode],
+                         below: bool = True) -> tuple[cst.CSTNode, dict[cst.CSTNode, cst.CSTNode]]:
         """The blank line that set the removed statements off from the code above them stays: the
-        new statement takes it when it comes first in its block of what the edit touches."""
-        if not hasattr(new_stmt, "leading_lines") or any(ln.comment is None for ln in new_stmt.leading_lines):
-            return new_stmt
+        first statement after them that stays takes it, the new statement where it comes first (and
+        with `below`, a kept statement between the removed ones and it: `bias = ...` between the
+        scores and the kernel call); the kept statement as changed, where it is."""
         anchor, body = self.block_of(root)
         positions = {id(stmt): i for i, stmt in enumerate(body)}
         earlier = [stmt for stmt in removable if positions.get(id(stmt), len(body)) < positions[id(anchor)]]
         if not earlier:
-            return new_stmt
+            return new_stmt, {}
         first = min(earlier, key=lambda stmt: positions[id(stmt)])
         lines = getattr(first, "leading_lines", ())
         if not lines or lines[0].comment is not None:
-            return new_stmt
-        return new_stmt.with_changes(leading_lines=[cst.EmptyLine(indent=False), *new_stmt.leading_lines])
+            return new_stmt, {}
+        gone = set(removable)
+        kept = next(stmt for stmt in body[positions[id(first)]:] if stmt not in gone)
+        if kept is not anchor and below:
+            current = changed.get(kept, kept)
+            if any(ln.comment is None for ln in getattr(current, "leading_lines", [None])):
+                return new_stmt, {}
+            return new_stmt, {kept: current.with_changes(leading_lines=[cst.EmptyLine(indent=False),
+                                                                        *current.leading_lines])}
+        if not hasattr(new_stmt, "leading_lines") or any(ln.comment is None for ln in new_stmt.leading_lines):
+            return new_stmt, {}
+        return new_stmt.with_changes(leading_lines=[cst.EmptyLine(indent=False), *new_stmt.leading_lines]), {}
 
     def _formatted(self, root_stmt: _Located, root_expr: cst.BaseExpression, new_expr: cst.BaseExpression,
                    extra_indent: bool) -> cst.CSTNode:
@@ -1170,8 +1235,10 @@ class Synthesizer:
 
     def _guarded(self, finding: Finding, guard: cst.BaseExpression, root_stmt: _Located, new_stmt: cst.CSTNode,
                  removable: list[cst.CSTNode], code: str, companions: list[cst.CSTNode] = (),
-                 restated: dict[cst.CSTNode, cst.CSTNode] | None = None) -> Edit:
+                 restated: dict[cst.CSTNode, cst.CSTNode] | None = None,
+                 dels: dict[cst.CSTNode, cst.CSTNode | None] | None = None) -> Edit:
         restated = restated or {}
+        dels = dels or {}
         anchor, body = self.block_of(root_stmt.node)
         positions = {id(s): i for i, s in enumerate(body)}
         indices = [positions[id(anchor)]]
@@ -1197,9 +1264,12 @@ class Synthesizer:
         hoisted, run_inside = self._hoistable(run, anchor, removable, kernel_facts, original_facts)
         # a kept statement that read the scores' metadata reads the query's and key's in the
         # kernel's branch (the original's keeps its own); after the `if` it does on both paths
-        in_run = {id(n) for stmt in run for n in self._statements_in(stmt)} if restated else set()
-        rewriter = _Rewriter({root_stmt.node: new_stmt, **{k: v for k, v in restated.items() if id(k) in in_run}},
-                             set(removable), facts=kernel_facts)
+        in_run = {id(n) for stmt in run for n in self._statements_in(stmt)} if restated or dels else set()
+        # the `del`s of the run change in the kernel's branch only (the original's deletes what it made)
+        run_dels = {k: v for k, v in dels.items() if id(k) in in_run}
+        rewriter = _Rewriter({root_stmt.node: new_stmt, **{k: v for k, v in restated.items() if id(k) in in_run},
+                              **{k: v for k, v in run_dels.items() if v is not None}},
+                             {*removable, *(k for k, v in run_dels.items() if v is None)}, facts=kernel_facts)
         column = self.positions[anchor].start.column
         kept = self._branch(run_inside, rewriter)
         # a helper call given the query (`mask_value = max_neg_value(q)`) that only the original's
@@ -1239,9 +1309,12 @@ class Synthesizer:
         self._check_reads_after(anchor, body, run, on_kernel_path, kept, guard)
         footprint = [(self._footprint(run[0])[0], self._footprint(run[-1])[1])]
         after = {k: v for k, v in restated.items() if id(k) not in in_run}
-        footprint += [self._footprint(k) for k in after]
+        after_dels = {k: v for k, v in dels.items() if id(k) not in in_run}
+        after.update({k: v for k, v in after_dels.items() if v is not None})
+        footprint += [self._footprint(k) for k in [*after, *after_dels]]
         replacement = cst.FlattenSentinel([*hoisted, new_if]) if hoisted else new_if
-        return Edit(after, set(), {run[0]: (replacement, run[1:])}, footprint, code)
+        return Edit(after, {k for k, v in after_dels.items() if v is None}, {run[0]: (replacement, run[1:])},
+                    footprint, code)
 
     def _statements_in(self, stmt: cst.CSTNode) -> list[cst.CSTNode]:
         """`stmt` and the simple statements nested in it."""
@@ -1394,6 +1467,8 @@ class Synthesizer:
         for var, operand in match.bindings.items():
             if var in outputs or not isinstance(operand, Var) or _TEMP.match(operand.name):
                 continue
+            if _call_argument(next((n for n in match.method.nodes if operand.name in n.outputs), None), match):
+                continue  # rendered as the value the helper's call passes
             base = _python_name(operand.name)
             latest = None
             root_path = {c.id: c.taken for c in root.guard}
@@ -1479,6 +1554,9 @@ class Synthesizer:
             if translation.emitted:
                 raise SynthesisError("a value from the helper needs its local variables assigned at the call")
             return text
+        given = _call_argument(producer, match)
+        if given is not None:
+            return self.render(given, match)
         if isinstance(operand, Var):
             if _TEMP.match(operand.name):
                 producer = next((n for n in match.method.nodes if operand.name in n.outputs), None)
@@ -1729,3 +1807,28 @@ def _names_read(expr: cst.CSTNode) -> list[cst.Name]:
 
 
 __all__ = ["Edit", "SynthesisError", "Synthesizer", "TemplateError"]
+
+
+def _call_argument(producer: Node | None, match: Match) -> Operand | None:
+    """Where `producer` gives a parameter of a helper the match reaches into the constant or attribute
+    its call passes (`softmax_dropout(s, self.dropout, self.training)`), that value; else None."""
+    if producer is None or producer.kind != "op" or producer.op != "assign" or len(producer.inputs) != 1 \
+            or not isinstance(producer.inputs[0], (Sym, Const)) or producer.via \
+            or not any(n.via[:1] == (producer.pos,) for n in match.nodes.values()):
+        return None
+    return producer.inputs[0]
+
+
+def _del_targets(small: cst.Del) -> list[cst.BaseExpression]:
+    target = small.target.with_changes(lpar=[], rpar=[]) if isinstance(small.target, cst.Tuple) else small.target
+    return [e.value for e in target.elements] if isinstance(target, cst.Tuple) else [target]
+
+
+def _with_targets(stmt: cst.SimpleStatementLine, targets: list[cst.BaseExpression]) -> cst.SimpleStatementLine | None:
+    """The `del` statement `stmt` deleting `targets` instead, or None where there are none."""
+    if not targets:
+        return None
+    target = targets[0] if len(targets) == 1 else cst.Tuple(
+        [cst.Element(t, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")) if i < len(targets) - 1
+                     else cst.MaybeSentinel.DEFAULT) for i, t in enumerate(targets)], lpar=[], rpar=[])
+    return stmt.with_changes(body=[stmt.body[0].with_changes(target=target)])

@@ -110,7 +110,13 @@ def test_a_public_helper_is_a_near_miss_naming_what_its_calls_pass():
     documents Swin's as `Tensor[out_dim]`, which would vary along the key axis)."""
     source = SWIN.replace("_window_attention", "window_attention")
     new, findings = _scan(source)
-    assert new == source
+    # the helper stays as it is; V1's call leaves `logit_scale` at its default None, which decides
+    # the helper's branch there: that call is the plain scaled attention, rewritten where it is made
+    assert "def window_attention(q, k, v, bias, logit_scale=None):\n    if logit_scale is not None:" in new
+    assert "return window_attention(q, k, v, self.bias, logit_scale=self.logit_scale)" in new
+    assert "attn_mask=self.bias, scale=q.size(-1) ** -0.5" in new
+    for a, b in zip(_run(source, "Attention"), _run(new, "Attention"), strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-12, atol=1e-12)
     assert any("`logit_scale` is a parameter of the public function `window_attention`: its calls in the file "
                "pass `None` or `self.logit_scale`" in (reason or "") for _, reason in findings), findings
 
