@@ -9,7 +9,9 @@ side (a single query):
   * a product with a column, `(k @ u.unsqueeze(-1)).squeeze(-1)`: the key-major scores of one
     query, (..., n), are `(u.unsqueeze(-2) @ k.transpose(-2, -1)).squeeze(-2)`, the query's row
     times the transposed keys; and a product with a row squeezed back, `(u.unsqueeze(-2) @
-    m).squeeze(-2)`, is that already.
+    m).squeeze(-2)`, is that already. A column made otherwise, c proven (..., d, 1) (a reshape
+    to a last size of 1), gives `(k @ c).squeeze(-1) == (c.transpose(-2, -1) @ k.transpose(-2,
+    -1)).squeeze(-2)`: its row is its transpose (`column`).
 
 In both the vector (`p`, `u`) is the left operand of a product with one row, the row axis is
 absent from the result (it was squeezed), and the leading axes broadcast exactly as they do in the
@@ -18,7 +20,7 @@ original (both are right-aligned, and the vector's own leading axes are its batc
 operand is a vector, its result has no row axis) that the matcher may see in their place.
 
 Every axis is read from the shape facts (engine/analysis/shapes.py), never from a constant alone:
-`p.unsqueeze(2)` adds the last axis only where `p` is proven 2-D, `sum(dim=1)` is over the axis
+`p.unsqueeze(2)` adds the last axis only where its result is proven 3-D, `sum(dim=1)` is over the axis
 before the last only where the product is proven 3-D. The contracted axis must not be provably of
 size 1 on either side (a broadcast size-1 axis is summed as copies, not contracted); a new axis that
 is not the unsqueezed vector's last, a sum over any other axis, a multiply by two unsqueezed values
@@ -35,17 +37,25 @@ from engine.analysis.shapes import Shape, ShapeFacts, _int
 from engine.dsl.ir import Const, Node, Operand, Var
 
 ONE_ROW = "one-row product"  # the target of a product whose left operand is a vector
+ONE_ROW_OF_COLUMN = "one-row product of a column"  # ... whose left operand is a column, (..., d, 1)
+
+
+def is_one_row(node: Node | None) -> bool:
+    """`node` is a product read so: its left operand is a vector or a column, its result has no row axis."""
+    return node is not None and node.target in (ONE_ROW, ONE_ROW_OF_COLUMN)
 
 
 @dataclass(frozen=True)
 class Contraction:
     """`stands_for` (the nodes the product replaces, the root last) read as `vector.unsqueeze(-2) @
-    matrix` (after `transpose(matrix, -2, -1)` where `transposed`) without its row axis."""
+    matrix` (after `transpose(matrix, -2, -1)` where `transposed`) without its row axis; where
+    `column`, the vector is held as a column, (..., d, 1), and its row is `vector.transpose(-2, -1)`."""
 
     vector: Operand
     matrix: Operand
     transposed: bool
     stands_for: tuple[Node, ...]
+    column: bool = False
 
 
 def _is_unsqueeze(node: Node | None) -> bool:
@@ -55,12 +65,27 @@ def _is_unsqueeze(node: Node | None) -> bool:
 
 def _adds(node: Node, index: int, facts: ShapeFacts) -> bool:
     """`node` (an unsqueeze) adds axis `index` (-1: a new last axis, -2: one before the input's last):
-    `dim=index`, or the position it names in the input's proven rank."""
+    `dim=index`, or the position it names in the result's proven rank."""
     d = _int(node.inputs[1] if len(node.inputs) > 1 else node.kwarg("dim"))
     if d == index:
         return True
+    shape = facts.shape(Var(node.outputs[0]))
+    return d is not None and d >= 0 and shape is not None and shape.exact and d == len(shape.axes) + index
+
+
+def _unsqueezed(node: Node, facts: ShapeFacts) -> Shape | None:
+    """The shape of what unsqueeze `node` reads: its own, or, for an expression the facts do not
+    follow (`self.state.unsqueeze(2)`, of an attribute the module computes), the result's without
+    the axis added."""
     shape = facts.shape(node.inputs[0])
-    return d is not None and d >= 0 and shape is not None and shape.exact and d == len(shape.axes) + 1 + index
+    if shape is not None:
+        return shape
+    out = facts.shape(Var(node.outputs[0]))
+    d = _int(node.inputs[1] if len(node.inputs) > 1 else node.kwarg("dim"))
+    position = out.position(d) if out is not None and d is not None else None
+    if out is None or position is None:
+        return None
+    return Shape(out.axes[:position] + out.axes[position + 1:], out.exact)
 
 
 def _names_axis(shape: Shape | None, dim: Operand | None, index: int) -> bool:
@@ -98,7 +123,7 @@ def summed_product(node: Node, facts: ShapeFacts, defs: dict[str, Node],
                 or not _only_reader(column.name, mul, uses) or not _adds(added, -1, facts):
             continue
         vector = added.inputs[0]
-        v, m = facts.shape(vector), facts.shape(matrix)
+        v, m = _unsqueezed(added, facts), facts.shape(matrix)
         if v is None or m is None or len(v.axes) < 1 or len(m.axes) < 2:
             continue
         if v.axes[-1].unit or m.axes[-2].unit or m.axes[-1].unit:
@@ -123,16 +148,24 @@ def squeezed_product(node: Node, facts: ShapeFacts, defs: dict[str, Node],
         return None
     for index, (vector_side, matrix) in enumerate(((product.inputs[1], product.inputs[0]),
                                                    (product.inputs[0], product.inputs[1]))):
-        added = defs.get(vector_side.name) if isinstance(vector_side, Var) else None
-        if not _is_unsqueeze(added) or added.guard != node.guard or added.via != node.via \
-                or not _only_reader(vector_side.name, product, uses) or not _adds(added, -1 - index, facts):
-            continue
         if not _names_axis(facts.shape(source), dim, -1 - index):
             continue  # the column's (or the row's) own size-1 axis is the one squeezed
-        vector = added.inputs[0]
-        v, m = facts.shape(vector), facts.shape(matrix)
-        if v is None or m is None or len(v.axes) < 1 or len(m.axes) < 2 or v.axes[-1].unit \
-                or m.axes[-1 - index].unit:
+        m = facts.shape(matrix)
+        if m is None or len(m.axes) < 2 or m.axes[-1 - index].unit:
             continue
-        return Contraction(vector, matrix, index == 0, (added, product, node))
+        added = defs.get(vector_side.name) if isinstance(vector_side, Var) else None
+        if not _is_unsqueeze(added):
+            column = facts.shape(vector_side)
+            if index == 0 and column is not None and len(column.axes) >= 2 and column.axes[-1].unit \
+                    and not column.axes[-2].unit:
+                # a column made otherwise (`u.reshape(b, h, -1, 1)`): its row is its transpose
+                return Contraction(vector_side, matrix, True, (product, node), column=True)
+            continue
+        if added.guard != node.guard or added.via != node.via or not _only_reader(vector_side.name, product, uses) \
+                or not _adds(added, -1 - index, facts):
+            continue
+        v = _unsqueezed(added, facts)
+        if v is None or len(v.axes) < 1 or v.axes[-1].unit:
+            continue
+        return Contraction(added.inputs[0], matrix, index == 0, (added, product, node))
     return None

@@ -143,6 +143,21 @@ _RANK_FOLLOWS = {
 # ops whose outputs are a tuple of tensors of their own (each output's shape is derived for it)
 _TUPLE_OPS = {".unbind", "torch.unbind", ".chunk", ".split", "torch.chunk", "torch.split", ".tensor_split"}
 
+# products that take operands of one rank only (any other raises): the batched product's are 3-D, the
+# plain matrix product's 2-D; the spelling is the node's target (its op is `matmul`)
+_OPERAND_RANKS = {"torch.bmm": 3, ".bmm": 3, "torch.mm": 2, ".mm": 2}
+# ops whose result has their first input's rank whatever else they are given (no broadcasting
+# operand: not `masked_fill`, `clamp` or `scale`, whose other operand may add axes)
+_RANK_KEEPING = {
+    "assign", ".to", ".float", ".half", ".bfloat16", ".double", ".type_as", ".type", ".contiguous", ".clone",
+    ".detach", "softmax", "log_softmax", ".softmax", "dropout", "torch.nn.functional.dropout", "transpose", ".t",
+    "torch.t", "neg", "exp", "sqrt", "rsqrt", "erf", "gelu", "relu", "silu", "tanh", "sigmoid", ".exp", ".sigmoid",
+    ".relu", ".tanh", ".abs", "torch.abs", ".requires_grad_",
+}
+# in-place methods that change their tensor's shape: after one, the same name holds another rank
+_RESHAPED_IN_PLACE = {".unsqueeze_", ".squeeze_", ".t_", ".transpose_", ".swapaxes_", ".swapdims_", ".resize_",
+                      ".resize_as_", ".set_", ".as_strided_"}
+
 
 _BODIES = ("body", "orelse", "finalbody", "handlers", "cases")
 
@@ -188,6 +203,8 @@ class ShapeFacts:
         self._attrs: dict[str, Shape | None] | None = None
         self._params: dict[str, Shape | None] = {}  # parameter (and whether None may be passed) -> its shape
         self._unpacks: dict[str, list[Node]] | None = None  # value -> nodes unpacking its whole shape
+        self._readers: dict[str, list[Node]] | None = None  # value -> the nodes of the method reading it
+        self._demands: dict[str, int | None] = {}  # value -> the rank its uses prove
         self.contractions: dict[str, tuple[Axis | None, Axis | None]] = {}  # matmul output -> contracted axes
 
     # -- public questions --------------------------------------------------------------------
@@ -198,7 +215,7 @@ class ShapeFacts:
             if name in self._memo:
                 return self._memo[name]
             self._memo[name] = None  # a cycle proves nothing
-            found = self._unpacked(name, self._derive(name))
+            found = self._demanded(name, self._unpacked(name, self._derive(name)))
             self._memo[name] = found
             return found
         if isinstance(operand, Sym):
@@ -262,6 +279,8 @@ class ShapeFacts:
         if sorted((d0, d1)) == [-2, -1]:
             return True
         shape = self.shape(node.inputs[0]) if node.inputs else None
+        if shape is None and node.outputs:
+            shape = self.shape(Var(node.outputs[0]))  # (a transpose keeps the rank: its result's, where a use proves it)
         if shape is None:
             return False
         p = sorted(x for x in (shape.position(d0), shape.position(d1)) if x is not None)
@@ -540,6 +559,84 @@ class ShapeFacts:
             return shape
         return Shape(shape.axes[1:], True) if shape.axes else None
 
+    def _demanded(self, name: str, shape: Shape | None) -> Shape | None:
+        """`shape`, its rank proven where a use of the value raises on any other rank (`demanded_rank`;
+        with more axes than the use takes, the use raises wherever the code runs)."""
+        if shape is not None and shape.exact:
+            return shape
+        rank = self.demanded_rank(name)
+        return shape if rank is None else _with_rank(shape, rank)
+
+    def demanded_rank(self, name: str) -> int | None:
+        """The rank that the uses of value `name` prove it has: `torch.bmm` raises unless given 3-D
+        operands (`torch.mm` 2-D), so wherever a `bmm` of the value runs the value is 3-D; through ops
+        that keep their input's rank (casts, softmax, dropout, transposes, shape-keeping and linear
+        layers) the rank demanded of their result is their input's, and `x.unsqueeze(d)` demanded of
+        rank r proves x of rank r - 1 (`torch.bmm(q.unsqueeze(1), m)`: q is 2-D). Like an unpacking
+        of the shape (`_unpacked`) this holds wherever the value is defined only where each use on the
+        way runs on every path that defines the value (its branch decisions are among the
+        definition's) outside any `try` with handlers or `with` block, and no in-place method changes
+        a shape on the way (`x.unsqueeze_(0)`). A value demanded of two ranks raises on every path:
+        no fact."""
+        if name in self._demands:
+            return self._demands[name]
+        self._demands[name] = None  # a cycle proves nothing
+        definition = self.defs.get(name)
+        decided = frozenset((c.id, c.taken) for c in definition.guard) if definition is not None else frozenset()
+        found = self._rank_of_uses(name, decided, 0)
+        self._demands[name] = found
+        return found
+
+    def _rank_of_uses(self, name: str, decided: frozenset[tuple[int, bool]], depth: int) -> int | None:
+        if depth > 12:
+            return None
+        readers = self._readers_of(name)
+        if any(u.op in _RESHAPED_IN_PLACE for u in readers):
+            return None
+        ranks: set[int] = set()
+        for use in readers:
+            if not {(c.id, c.taken) for c in use.guard} <= decided or not self._raises_uncaught(use):
+                continue
+            if use.kind == "op" and use.op == "matmul" and use.target in _OPERAND_RANKS \
+                    and Var(name) in use.inputs[:2]:
+                ranks.add(_OPERAND_RANKS[use.target])
+                continue
+            if len(use.outputs) != 1 or not use.inputs or use.inputs[0] != Var(name):
+                continue
+            keeps = use.kind == "op" and use.op in _RANK_KEEPING or use.kind == "layer" and len(use.inputs) == 1 \
+                and not use.kwargs and (use.op in _SAME_SHAPE_LAYERS | _LAST_AXIS_LAYERS) and self._one_type(use)
+            added = use.kind == "op" and use.op in (".unsqueeze", "torch.unsqueeze")
+            if not keeps and not added:
+                continue
+            rank = self._rank_of_uses(use.outputs[0], decided, depth + 1)
+            if rank is not None:
+                ranks.add(rank - 1 if added else rank)
+        return ranks.pop() if len(ranks) == 1 else None
+
+    def _readers_of(self, name: str) -> list[Node]:
+        if self._readers is None:
+            self._readers = {}
+            for node in self.method.nodes:
+                for read in dict.fromkeys(node.data_inputs):
+                    self._readers.setdefault(read, []).append(node)
+        return self._readers.get(name, [])
+
+    def _raises_uncaught(self, node: Node) -> bool:
+        """An error `node` raises reaches the method's caller: the node (and each call it was inlined
+        through) is in the method's file, outside any `try` with handlers and any `with` block."""
+        tree = numbers.tree_of(self.method.pos.file) if self.method.pos is not None else None
+        if tree is None or node.pos is None or any(p.file != self.method.pos.file for p in (node.pos, *node.via)):
+            return False
+        shielded = _shielded_lines(tree)
+        return not any(a <= p.line <= b for a, b in shielded for p in (node.pos, *node.via))
+
+    def _one_type(self, node: Node) -> bool:
+        """The module a layer node calls is built as its type, and as no other, on every path of
+        `__init__` (a construction under a condition may leave another module there: `self.rotate =
+        nn.Linear(...)` if a flag is set, a lambda otherwise)."""
+        defs = self.cls.layer_defs(node.target) if self.cls is not None and node.target is not None else ()
+        return bool(defs) and all(d.type == node.op for d in defs) and any(not d.guard for d in defs)
+
     def _unpacked(self, name: str, shape: Shape | None) -> Shape | None:
         """`shape`, its rank proven where the code unpacks the value's shape into names (`b, h, n, d
         = x.shape`, `length, batch, size = x.size()`): that raises unless the value has exactly that
@@ -644,7 +741,7 @@ class ShapeFacts:
         if op in ("einops.rearrange", "einops.repeat"):
             return self._rearrange(node)
         if op == "torch.full":  # torch.full(size, fill_value): only the first argument is the size
-            return _factory_shape(node.inputs[:1], node.kwargs) if node.inputs else None
+            return _factory_shape(node.inputs[:1], node.kwargs)
         if op == "torch.tensor":  # the data's shape: a number is 0-d; anything else is not followed
             data = node.inputs[0] if node.inputs else None
             number = isinstance(data, Const) and isinstance(data.value, (int, float)) and not isinstance(data.value, bool)
@@ -789,6 +886,9 @@ class ShapeFacts:
         if len(node.inputs) < 2:
             return None
         left, right = self.shape(node.inputs[0]), self.shape(node.inputs[1])
+        rank = _OPERAND_RANKS.get(node.target or "")
+        if rank is not None:  # `torch.bmm` raises unless both operands are 3-D: where it runs they are
+            left, right = _with_rank(left, rank), _with_rank(right, rank)
         if right is None:
             spec = _einsum_rank(node, Shape((), False))  # an einsum's spec alone proves the rank
             return spec if spec.exact else None
@@ -872,6 +972,10 @@ class ShapeFacts:
     def _unsqueeze(self, node: Node) -> Shape | None:
         d = _int(node.inputs[1] if len(node.inputs) > 1 else node.kwarg("dim"))
         shape = self.shape(node.inputs[0])
+        demanded = self.demanded_rank(node.outputs[0]) if shape is None and node.outputs else None
+        if demanded is not None and demanded >= 1:
+            # an expression not followed (`self.state.unsqueeze(2)`) of a result whose rank a use proves
+            shape = Shape(tuple(fresh() for _ in range(demanded - 1)), True)
         if d is None or shape is None:
             return None
         n = len(shape.axes)
@@ -1047,21 +1151,19 @@ class ShapeFacts:
             other = self.shape(node.inputs[1]) if len(node.inputs) > 1 else None
             return other
         sizes = self._sizes(node)
-        if sizes is None or shape is None:
+        if sizes is None:
             return None
         if node.op == ".repeat":
-            if shape.exact and len(sizes) == len(shape.axes):
+            if shape is not None and shape.exact and len(sizes) == len(shape.axes):
                 return Shape(tuple(a if _int(s) == 1 else fresh() for a, s in zip(shape.axes, sizes, strict=True)), True)
             return None
+        # the result has one axis per size (the input's, aligned from the right, and new ones before)
         n = len(sizes)
-        if shape.exact and len(shape.axes) > n:
-            return None
-        pad = n - len(shape.axes)
+        known = shape.axes if shape is not None else ()
+        pad = n - len(known)
         if pad < 0:
             return None
-        base = (tuple(fresh() for _ in range(pad)) + shape.axes) if shape.exact else None
-        if base is None:
-            return None
+        base = tuple(fresh() for _ in range(pad)) + known
         axes = tuple(a if _int(s) == -1 else (Axis(a.id, False) if _int(s) != 1 else a) for a, s in zip(base, sizes, strict=True))
         return Shape(axes, True)
 
@@ -1315,6 +1417,14 @@ def _einsum_rank(node: Node, shape: Shape) -> Shape:
     return Shape(tuple(fresh() for _ in range(len(axes) - len(shape.axes))) + shape.axes, True)
 
 
+def _with_rank(shape: Shape | None, rank: int) -> Shape | None:
+    """`shape` of a value known to have `rank` axes (fresh ones added before those known)."""
+    if shape is not None and (shape.exact or len(shape.axes) > rank):
+        return shape
+    known = shape.axes if shape is not None else ()
+    return Shape(tuple(fresh() for _ in range(rank - len(known))) + known, True)
+
+
 def _join(shapes: list[Shape | None]) -> Shape | None:
     """A value that is one of several (a merge after `if`): the axes all agree on."""
     if not shapes or any(s is None for s in shapes):
@@ -1425,6 +1535,11 @@ def _einops_groups(side: str) -> list[str] | None:
 
 
 def _factory_shape(inputs: tuple[Operand, ...], kwargs: tuple[tuple[str, Operand], ...]) -> Shape | None:
+    if not inputs:  # the sizes passed by keyword, `torch.zeros(size=(b, 1))` (with none, the call raises)
+        size = dict(kwargs).get("size")
+        if size is None:
+            return None
+        inputs = (size,)
     if len(inputs) == 1 and isinstance(inputs[0], Seq):
         sizes: tuple[Operand, ...] = inputs[0].items
     elif len(inputs) == 1 and isinstance(inputs[0], Const) and isinstance(inputs[0].value, tuple):
@@ -1469,7 +1584,7 @@ def _ast_shape(e: ast.expr) -> Shape | None:
             "ones", "zeros", "randn", "rand", "empty"):
         if any(isinstance(a, ast.Starred) for a in e.args):
             return None
-        sizes = e.args
+        sizes = e.args or [k.value for k in e.keywords if k.arg == "size"]  # `torch.zeros(size=(4, 1))`
         if len(sizes) == 1 and isinstance(sizes[0], (ast.Tuple, ast.List)):
             sizes = sizes[0].elts
         if not sizes or any(isinstance(s, ast.Starred) for s in sizes):

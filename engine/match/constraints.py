@@ -9,7 +9,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from engine.analysis.contraction import ONE_ROW
+from engine.analysis.contraction import is_one_row
 from engine.analysis.kwargs import Unknown, dict_keys
 from engine.analysis.numbers import (
     attribute_is_setting,
@@ -24,7 +24,7 @@ from engine.dsl.ir import Const, Node, Operand, Pos, Seq, Sym, Var
 from engine.extract import package
 from engine.match.fused import _exclusive
 from engine.match.fused import _File as _BranchFile
-from engine.match.matcher import Match, MethodIndex, numeric, render
+from engine.match.matcher import KEY_MAJOR, Match, MethodIndex, numeric, render
 from engine.match.polynomial import PolynomialReader
 
 
@@ -353,6 +353,9 @@ def _softmax_over_key_axis(match: Match, ix: MethodIndex) -> str | None:
     if product is not None and axis is not None:
         if axis.id == product.axes[-1].id:
             return None
+        if is_one_row(scores) and axis.id in {a.id for a in product.axes[:-1]}:
+            # (the scores of a single query have no query axis: every other one is a batch axis)
+            return f"softmax dim={dim.value}{known} is over a batch axis, not the key axis"
         if len(product.axes) >= 2 and axis.id == product.axes[-2].id:
             return f"softmax dim={dim.value}{known} is over the query axis, not the key axis"
     # the statements between the product and the softmax are the pattern's elementwise ones, which
@@ -810,13 +813,14 @@ def _scores_permuted_back(match: Match, ix: MethodIndex) -> str | None:
 def _one_row_products(match: Match, ix: MethodIndex) -> str | None:
     """A single query written without its query axis (engine/analysis/contraction.py: key-major
     scores `(k @ u.unsqueeze(-1)).squeeze(-1)`, an output `(v * p.unsqueeze(-1)).sum(-2)`) is
-    attention with one query, `u.unsqueeze(-2)`, whose output is squeezed back: both products must
-    be read so (scores without a query axis and an output with one, or the reverse, are no such
-    pair), the scores neither permuted nor viewed, and each mask of the scores, which lack the
-    query axis, gets it back (`.unsqueeze(-2)`): a mask provably of at least one axis (a 0-d one
-    has no axis to put it before)."""
+    attention with one query, `u.unsqueeze(-2)` (a query held as a column, `(k @ c).squeeze(-1)` of
+    c (..., d, 1), is `c.transpose(-2, -1)`), whose output is squeezed back: both products must be
+    read so (scores without a query axis and an output with one, or the reverse, are no such pair),
+    the scores neither permuted nor viewed, and each mask of the scores, which lack the query axis,
+    gets it back (`.unsqueeze(-2)`): a mask provably of at least one axis (a 0-d one has no axis to
+    put it before)."""
     scores, output = match.nodes.get("s0"), match.nodes.get("out")
-    one = [node is not None and node.target == ONE_ROW for node in (scores, output)]
+    one = [is_one_row(node) for node in (scores, output)]
     if not any(one):
         return None
     if not all(one):
@@ -835,6 +839,36 @@ def _one_row_products(match: Match, ix: MethodIndex) -> str | None:
 
 
 CHECKS["one_row_products"] = _one_row_products
+
+
+def _key_major_scores(match: Match, ix: MethodIndex) -> str | None:
+    """Scores laid out key-major and turned back, `softmax(k @ qt, dim=-2).transpose(-2, -1)` (read as
+    `softmax(q @ k.transpose(-2, -1))`, engine/match/matcher.py `transposed_view`), give the kernel
+    the query the code holds transposed, `qt`, turned back: `$q` is the product's right operand and
+    the kernel takes it `.transpose(-2, -1)`, or, where that operand is itself a swap of the last two
+    axes (`items.transpose(1, 2)` of a 3-D value), the value swapped (the swap goes with the match
+    where nothing else reads it). The view's product has no
+    scale, mask or other step before its softmax, so nothing else is in the transposed layout."""
+    scores = match.nodes.get("s0")
+    if scores is None or scores.target != KEY_MAJOR:
+        return None
+    if {"qs", "s0p"} & match.nodes.keys():
+        return "the query of key-major scores is scaled or the scores permuted"
+    turned = ix.defs.get(scores.inputs[0].name) if isinstance(scores.inputs[0], Var) else None
+    if turned is None or not turned.inputs:
+        return "the query of key-major scores is not found"
+    held = turned.inputs[0]
+    swap = ix.defs.get(held.name) if isinstance(held, Var) else None
+    if swap is not None and swap.kind == "op" and swap.op == "transpose" and swap.inputs and ix.shapes.swaps_last_two(swap):
+        match.bindings["q"] = swap.inputs[0]
+        match.companions.append(swap)  # (removed with the match where nothing else reads it)
+    else:
+        match.bindings["q"] = held
+        match.relayout["q"] = ".transpose(-2, -1)"
+    return None
+
+
+CHECKS["key_major_scores"] = _key_major_scores
 
 
 def _positive(operand, ix: MethodIndex, depth: int = 0) -> bool:

@@ -31,7 +31,7 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from engine.analysis.contraction import ONE_ROW, squeezed_product, summed_product
+from engine.analysis.contraction import ONE_ROW, ONE_ROW_OF_COLUMN, squeezed_product, summed_product
 from engine.analysis.shapes import CASTS, ShapeFacts
 from engine.dsl import canonical as C
 from engine.dsl.ir import (
@@ -67,6 +67,9 @@ _SAME_VALUES = {".contiguous", ".clone"}
 _TENSOR_RESULTS = {".contiguous", ".clone", ".permute", ".transpose", "transpose", ".view", ".reshape", ".unsqueeze",
                    ".squeeze", ".flatten", ".unflatten", ".expand", ".repeat", ".to", ".float", ".half", ".bfloat16",
                    ".type_as", ".masked_fill", "masked_fill", "matmul", "softmax", "dropout"}
+# the target of the product of a view of scores laid out key-major (`MethodIndex.transposed_view`):
+# its left operand is the query the code holds transposed, (..., feature, query)
+KEY_MAJOR = "key-major product"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -375,6 +378,7 @@ class MethodIndex:
         self._keepdim: dict[int, Node | None] = {}
         self._products: dict[int, Node | None] = {}
         self._decided: dict[int, bool | None] = {}
+        self._transposed: dict[int, Node | None] = {}
 
     def __getattr__(self, name: str):
         # defs, by_op, by_target: built together on first use; cond_text when a match is made
@@ -665,10 +669,55 @@ class MethodIndex:
                 self.defs[name] = Node("op", "transpose", (matrix,), (("dim0", Const(-2)), ("dim1", Const(-1))),
                                        (name,), None, node.guard, product.pos, node.via)
                 matrix = Var(name)
-            view = Node("op", "matmul", (found.vector, matrix), (), node.outputs, ONE_ROW, node.guard, node.pos,
-                        node.via)
+            view = Node("op", "matmul", (found.vector, matrix), (), node.outputs,
+                        ONE_ROW_OF_COLUMN if found.column else ONE_ROW, node.guard, node.pos, node.via)
             self.stands_for[id(view)] = found.stands_for
         self._products[id(node)] = view
+        return view
+
+    def transposed_view(self, node: Node) -> Node | None:
+        """Scores laid out key-major and turned back, `softmax(k @ qt, dim=d).transpose(-2, -1)` with
+        d the product's axis before its last (its rows: the keys), seen as `softmax(qt.transpose(-2,
+        -1) @ k.transpose(-2, -1), dim=-1)`: the transpose of a product is the product of its operands
+        transposed, in the other order, and the softmax goes with its axis. The view is the softmax
+        (the transpose's output, source position and guard), its product a `matmul` (target
+        `KEY_MAJOR`) of the operands' transposes (`<output>~qt`, `<output>~kt`), where both operands
+        are provably matrices (a 1-D one is no matrix to transpose); None for any other node. The view
+        stands for the three nodes (a match that removes them checks that nothing else reads them)."""
+        cached = self._transposed.get(id(node), False)
+        if cached is not False:
+            return cached
+        view = None
+        soft = self.defs.get(node.inputs[0].name) if node.kind == "op" and node.op == "transpose" \
+            and len(node.outputs) == 1 and node.inputs and isinstance(node.inputs[0], Var) else None
+        dim = None
+        if soft is not None and soft.kind == "op" and soft.op == "softmax" and {k for k, _ in soft.kwargs} <= {"dim"}:
+            dim = soft.kwarg("dim")
+        elif soft is not None and soft.kind == "layer" and not soft.kwargs:
+            spec = _layer_op(self.layer_for(soft))
+            dim = spec[1].get("dim") if spec is not None and spec[0] == "softmax" else None
+        scores = soft.inputs[0] if dim is not None and len(soft.inputs) == 1 else None
+        product = self.defs.get(scores.name) if isinstance(scores, Var) else None
+        facts = self.shapes
+        if product is not None and product.kind == "op" and product.op == "matmul" and product.target != KEY_MAJOR \
+                and len(product.inputs) == 2 and not product.kwargs and len(product.outputs) == 1 \
+                and product.guard == soft.guard == node.guard and product.via == soft.via == node.via \
+                and facts.swaps_last_two(node) \
+                and all((s := facts.shape(o)) is not None and len(s.axes) >= 2 for o in product.inputs):
+            shape, axis = facts.shape(scores), facts.axis(scores, dim)
+            if shape is not None and axis is not None and axis.id == shape.axes[-2].id:
+                name = node.outputs[0]
+                swap = (("dim0", Const(-2)), ("dim1", Const(-1)))
+                keys, rows = product.inputs
+                for key, operand in (("~qt", rows), ("~kt", keys)):
+                    self.defs[name + key] = Node("op", "transpose", (operand,), swap, (name + key,), None,
+                                                 product.guard, product.pos, product.via)
+                self.defs[name + "~s"] = Node("op", "matmul", (Var(name + "~qt"), Var(name + "~kt")), (),
+                                              (name + "~s",), KEY_MAJOR, product.guard, product.pos, product.via)
+                view = Node("op", "softmax", (Var(name + "~s"),), (("dim", Const(-1)),), node.outputs, None,
+                            node.guard, node.pos, node.via)
+                self.stands_for[id(view)] = (product, soft, node)
+        self._transposed[id(node)] = view
         return view
 
     def candidates(self, alts: tuple[OpAlt, ...]) -> list[Node]:
@@ -1027,9 +1076,11 @@ class _Matcher:
                 s.nodes[f"{VIEW_KEY}{real.outputs[0]}"] = real
                 s.used.add(id(real))
             found.append((kept, s))
-        product = self.ix.product_view(node) if node.op == ".squeeze" else None
+        product = self.ix.product_view(node) if node.op == ".squeeze" else \
+            self.ix.transposed_view(node) if node.op == "transpose" else None
         if product is not None and not {id(n) for n in self.ix.stands_for[id(product)]} & state.used:
-            # `(k @ u.unsqueeze(-1)).squeeze(-1)` is `(u.unsqueeze(-2) @ k.transpose(-2, -1)).squeeze(-2)`
+            # `(k @ u.unsqueeze(-1)).squeeze(-1)` is `(u.unsqueeze(-2) @ k.transpose(-2, -1)).squeeze(-2)`;
+            # `softmax(k @ qt, dim=-2).transpose(-2, -1)` is `softmax(qt.transpose(-2, -1) @ k.transpose(-2, -1))`
             s = state.copy()
             for real in self.ix.stands_for[id(product)]:
                 s.nodes[f"{VIEW_KEY}{real.outputs[0]}"] = real
@@ -1250,14 +1301,18 @@ def computes_output(name: str) -> bool:
 
 
 def training_methods(cls: ClassModel) -> list[Method]:
-    """The methods that run in the training step: those named by `computes_output`, any method a
-    training method calls (a public `self.gelu(x)`, `self.compute_attention(q, k, v)`: the
+    """The methods that run in the training step: those named by `computes_output` (every method of a
+    module that has no `forward`), any method a training method calls (a public `self.gelu(x)`, `self.compute_attention(q, k, v)`: the
     extractor inlines the call, and the inlined nodes sit in the callee's body) and any method it
     hands on by reference (`apply_chunking_to_forward(self.ff_chunk, ...)`)."""
     if cls.name == "__module__":
         return list(cls.methods)  # module-level functions and top-level code: all of them
     by_name = {m.name: m for m in cls.methods}
     chosen = [m for m in cls.methods if computes_output(m.name)]
+    if cls.bases == ("torch.nn.Module",) and "forward" not in by_name:
+        # a module with no `forward`, its own or inherited: the model holding it calls its public
+        # methods instead (stanza's TransformerTreeStack.push_states), each a step of the training
+        chosen = [m for m in cls.methods if not m.name.startswith("__")]
     names = {m.name for m in chosen}
     todo = list(chosen)
     while todo and not names >= by_name.keys():

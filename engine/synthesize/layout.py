@@ -48,7 +48,7 @@ import ast
 import re
 from collections.abc import Callable
 
-from engine.analysis.contraction import ONE_ROW
+from engine.analysis.contraction import ONE_ROW_OF_COLUMN, is_one_row
 from engine.analysis.shapes import ShapeFacts
 from engine.dsl import canonical as C
 from engine.dsl.ir import Const, Node, Operand, Seq, Var
@@ -304,7 +304,9 @@ def lookup(match: Match, base: Callable[[str], str | None],
             q = base("q")
             return f"{_atom(text)}.to({_atom(q)}.dtype)" if q is not None else None
         if name == "q" and _one_row(match, "s0"):
-            text = _atom(text) + ".unsqueeze(-2)"  # a single query gets its query axis (constraint `one_row_products`)
+            # a single query gets its query axis (constraint `one_row_products`): a column its row
+            column = match.nodes["s0"].target == ONE_ROW_OF_COLUMN
+            text = _atom(text) + (_SWAP if column else ".unsqueeze(-2)")
         if name == "q" and "temp" in match.bindings:
             temp = base("temp")
             return f"({text} * {temp})" if temp is not None else None
@@ -330,8 +332,7 @@ def lookup(match: Match, base: Callable[[str], str | None],
 
 def _one_row(match: Match, key: str) -> bool:
     """The product bound as `key` has a vector on its left and no row axis (engine/analysis/contraction.py)."""
-    node = match.nodes.get(key)
-    return node is not None and node.target == ONE_ROW
+    return is_one_row(match.nodes.get(key))
 
 
 # the statement adding each additive mask, and the views a round trip may split the scores at (in order)
@@ -449,7 +450,7 @@ def sequence_axis(match: Match, name: str) -> tuple[Operand, int] | None:
     if name == "q" and _one_row(match, "s0"):
         return None
     operand = match.bindings.get(name)
-    swap = name == "k" and _needs_key_swap(match)
+    swap = name == "k" and _needs_key_swap(match) or name == "q" and match.relayout.get("q") == _SWAP
     low = _lowered(match, name, lambda o: "")
     if low is None:
         return (operand, -1 if swap else -2) if operand is not None else None

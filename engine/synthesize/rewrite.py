@@ -1459,10 +1459,21 @@ class Synthesizer:
                 raise SynthesisError(f"line {node.pos.line} also computes {what}, which the rewrite would lose")
 
     def _check_names(self, match: Match, root: Node) -> None:
-        """A bound variable rendered by name must still hold that value at the root."""
+        """A bound variable rendered by name must still hold that value at the root; so must a bound
+        attribute of the module (`self.state`, which its methods may set) from the first statement
+        the rewrite removes on."""
         order = {id(n): i for i, n in enumerate(match.method.nodes)}
         root_index = order.get(id(root), len(match.method.nodes))
         removed = {id(n) for n in match.nodes.values()}
+        spans = [order[i] for i in (*removed, *map(id, match.companions)) if i in order]
+        first, last = (min(spans), max(spans)) if spans else (root_index, root_index)
+        root_path = {c.id: c.taken for c in root.guard}
+        for operand in match.bindings.values():
+            attr = re.match(r"self\.\w+", operand.text) if isinstance(operand, Sym) else None
+            for node in match.method.nodes[first:last] if attr is not None else ():
+                if node.kind == "store" and re.match(rf"{re.escape(attr.group())}\b", node.target or "") \
+                        and not any(root_path.get(c.id, c.taken) != c.taken for c in node.guard):
+                    raise SynthesisError(f"`{attr.group()}` is set between its use in the match and the rewrite")
         outputs = {s.out for s in (match.pattern.stmts if match.pattern else ()) if s.out}
         for var, operand in match.bindings.items():
             if var in outputs or not isinstance(operand, Var) or _TEMP.match(operand.name):

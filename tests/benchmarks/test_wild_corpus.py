@@ -53,6 +53,11 @@ kernel never runs with the class's default settings is refused there, and the be
 parlai's BasicAttention (every construction in the scanned files keeps `get_weights=True`) as found:
 wild3 TP 69 FN 9. That figure was lowered because it had measured the wrong thing, not to let a change through.
 
+On 2026-12-05, after one-query attention read by rank facts (a `torch.bmm` operand is 3-D wherever
+the product runs, a query reshaped to a column, a module's state computed at run time, scores laid
+out key-major and transposed back): parlai's memory hop, stanza's tree stack and recbole's RippleNet
+(both addressings) are found: wild3 TP 70 FN 8, wild4 TP 19 FN 3, wild5 TP 9 FN 12, all FP 0.
+
 No look-alike is rewritten. Raise the figures when the engine improves; never lower them to
 let a change through. Every rewritten file must also compile and be left alone by a second scan."""
 
@@ -107,11 +112,11 @@ def test_precision_and_recall_against_the_labels(scanned, labels):
     every_site = [s for scan in scans for s in scan.sites]
     # the figures below were set on wild1 and wild2; wild3 to wild7, labelled later, have ratchets of their own
     wild3 = W.score(W.set_labels(labels, "wild3"), W.set_sites(every_site, "wild3"))
-    _at_least(wild3, 69, 0, 9, 1.0, 0.88, "wild3")
+    _at_least(wild3, 70, 0, 8, 1.0, 0.89, "wild3")
     wild4 = W.score(W.set_labels(labels, "wild4"), W.set_sites(every_site, "wild4"))
-    _at_least(wild4, 18, 0, 4, 1.0, 0.81, "wild4")
+    _at_least(wild4, 19, 0, 3, 1.0, 0.86, "wild4")
     wild5 = W.score(W.set_labels(labels, "wild5"), W.set_sites(every_site, "wild5"))
-    _at_least(wild5, 7, 0, 14, 1.0, 0.33, "wild5")
+    _at_least(wild5, 9, 0, 12, 1.0, 0.42, "wild5")
     wild6 = W.score(W.set_labels(labels, "wild6"), W.set_sites(every_site, "wild6"))
     _at_least(wild6, 21, 0, 15, 1.0, 0.58, "wild6")
     wild7 = W.score(W.set_labels(labels, "wild7"), W.set_sites(every_site, "wild7"))

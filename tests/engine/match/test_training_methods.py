@@ -44,3 +44,31 @@ def test_a_public_method_that_forward_calls_is_rewritten_in_place():
     b.load_state_dict(a.state_dict())
     x = torch.randn(4, 8)
     torch.testing.assert_close(b(x), a(x))
+
+
+STACK = '''
+import math
+import torch
+from torch import nn
+
+
+class Stack(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.proj = nn.Linear(dim, dim)
+
+    def push(self, x):
+        return self.proj(x * 0.5 * (1.0 + torch.erf(x / math.sqrt(2.0))))
+'''
+
+
+def test_the_public_methods_of_a_module_without_forward_are_read():
+    # a module that the model holding it calls by its methods (stanza's TransformerTreeStack)
+    findings, _ = scan(STACK, "gelu-erf")
+    assert [(f.status, f.method) for f in findings] == [("rewritten", "push")]
+    # with a forward of its own (or of a base class), a public method it does not call is not read
+    with_forward = STACK + "\n    def forward(self, x):\n        return self.proj(x)\n"
+    assert scan(with_forward, "gelu-erf")[0] == []
+    inherited = STACK.replace("class Stack(nn.Module):", "class Stack(Base):").replace(
+        "class Stack", "class Base(nn.Module):\n    def forward(self, x):\n        return x\n\n\nclass Stack", 1)
+    assert all(f.method != "push" for f in scan(inherited, "gelu-erf")[0])
