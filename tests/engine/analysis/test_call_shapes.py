@@ -266,7 +266,7 @@ class Pool(nn.Module):
 
     def forward(self, x):
         x, tensor_dim = _unsqueeze(x, {target}, 1)
-        x = self.norm(x[:, :, ::2])
+        x = self.norm(x[..., ::2, :])
         return _squeeze(x, {target}, 1, tensor_dim)
 '''
 
@@ -292,7 +292,7 @@ def test_the_near_miss_names_where_the_callee_loses_the_rank():
     source = case(RANK_HELPERS.format(target=4), norm="Pool(dim // heads)")
     found, _ = statuses(source.replace("Pool(dim // heads)", "Pool(None)").replace(
         "self.norm = nn.LayerNorm(dim)", "self.norm = dim if dim is not None else nn.Identity()"))
-    call, inner = _line(source, "k = self.k_norm(k)"), _line(source, "x = self.norm(x[:, :, ::2])")
+    call, inner = _line(source, "k = self.k_norm(k)"), _line(source, "x = self.norm(x[..., ::2, :])")
     assert found[0][0] == "near-miss" and found[0][1].endswith(
         f"not proven past `self.k_norm(...)` at line {call} (in `Pool.forward`, past `self.norm(...)` at line {inner})"
     ), found
