@@ -149,6 +149,11 @@ _RANK_FOLLOWS = {
 _TUPLE_OPS = {".unbind", "torch.unbind", ".chunk", ".split", "torch.chunk", "torch.split", ".tensor_split",
               "torch.tensor_split"}
 _CATS = {"torch.cat", "cat", "torch.concat", "torch.concatenate"}
+# in-place methods that change their receiver's shape, and methods that may return their receiver itself
+_RESHAPE_IN_PLACE = {".unsqueeze_", ".squeeze_", ".transpose_", ".t_", ".swapdims_", ".swapaxes_", ".resize_",
+                     ".resize_as_", ".as_strided_", ".set_"}
+_MAY_RETURN_RECEIVER = {"assign", ".contiguous", ".to", ".type", ".type_as", ".float", ".half", ".double",
+                        ".bfloat16", ".cuda", ".cpu"}
 
 
 _BODIES = ("body", "orelse", "finalbody", "handlers", "cases")
@@ -199,6 +204,7 @@ class ShapeFacts:
         self._attrs: dict[str, Shape | None] | None = None
         self._params: dict[str, Shape | None] = {}  # parameter (and whether None may be passed) -> its shape
         self._unpacks: dict[str, list[Node]] | None = None  # value -> nodes unpacking its whole shape
+        self._in_place: dict[str, list[Node]] | None = None  # value -> the in-place calls that may reshape it
         self.contractions: dict[str, tuple[Axis | None, Axis | None]] = {}  # matmul output -> contracted axes
 
     # -- public questions --------------------------------------------------------------------
@@ -209,6 +215,8 @@ class ShapeFacts:
             if name in self._memo:
                 return self._memo[name]
             self._memo[name] = None  # a cycle proves nothing
+            if name in self._reshaped_in_place():
+                return None
             found = self._unpacked(name, self._derive(name))
             self._memo[name] = found
             return found
@@ -217,6 +225,34 @@ class ShapeFacts:
                 return self.attribute_shape(operand.text)
             return _constructor_shape(operand.text)  # a factory written with constant sizes
         return None
+
+    def _reshaped_in_place(self) -> dict[str, list[Node]]:
+        """The values whose shape an in-place method changes somewhere in the method (`k.unsqueeze_(0)`),
+        with every value that may be the same tensor object (an assignment, a merge, a method that may
+        return its receiver), each with the calls that reshape it: one name holds several shapes, so
+        none is proven for any of them."""
+        if self._in_place is None:
+            self._in_place = {}
+            calls = [n for n in self.method.nodes
+                     if n.kind == "op" and n.op in _RESHAPE_IN_PLACE and n.inputs and isinstance(n.inputs[0], Var)]
+            links: dict[str, set[str]] = {}
+            for n in self.method.nodes if calls else ():
+                same = n.kind == "phi" or n.kind == "op" and (n.op in _MAY_RETURN_RECEIVER or n.op.endswith("_"))
+                reads = [i.name for i in (n.inputs if n.kind == "phi" else n.inputs[:1]) if isinstance(i, Var)]
+                for a in reads if same else ():
+                    for b in n.outputs:
+                        links.setdefault(a, set()).add(b)
+                        links.setdefault(b, set()).add(a)
+            for call in calls:
+                todo, group = [call.inputs[0].name], set()  # type: ignore[union-attr]
+                while todo:
+                    name = todo.pop()
+                    if name not in group:
+                        group.add(name)
+                        todo += links.get(name, ())
+                for name in group:
+                    self._in_place.setdefault(name, []).append(call)
+        return self._in_place
 
     def rank(self, operand: Operand | None) -> int | None:
         shape = self.shape(operand)
@@ -293,6 +329,10 @@ class ShapeFacts:
         if not isinstance(operand, Var) or operand.name in seen or self.rank(operand) is not None:
             return
         seen.add(operand.name)
+        reshaped = self._reshaped_in_place().get(operand.name)
+        if reshaped is not None:
+            found += [n for n in reshaped if n not in found]
+            return
         node = self.defs.get(operand.name)
         if node is None:
             found.append(operand)  # a parameter

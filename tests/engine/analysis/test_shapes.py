@@ -231,3 +231,14 @@ def test_a_branch_on_the_rank_of_a_value_of_unknown_rank_proves_nothing():
     f, m = facts("if x.dim() == 3:\n    x = x.unsqueeze(1)\ny = x", params="x")
     assert f.shape(last(m, "y")) is None
     assert f.rank_lost_at(last(m, "y")) == [Var("x")]
+
+
+def test_a_value_an_in_place_method_reshapes_has_no_proven_rank():
+    f, m = facts("b, h, n, d = k.shape\nkk = k\nkk.unsqueeze_(0)\nt = k.transpose(2, 3)\n"
+                 "y = x.view(b, h, n, d)\nz = y.contiguous()\nz.t_()\nw = x.view(b, n, d)\nw.mul_(2)",
+                 params="k, x")
+    assert f.shape(Var("k")) is None and f.shape(last(m, "t")) is None  # kk is k: it is 5-D after the call
+    assert f.shape(last(m, "y")) is None  # .contiguous() may return y itself
+    assert f.rank(last(m, "w")) == 3  # an in-place product keeps the shape
+    lost = f.rank_lost_at(last(m, "t"))
+    assert [n.op for n in lost] == [".unsqueeze_"]

@@ -355,3 +355,13 @@ def test_a_key_of_proven_rank_after_a_module_call_is_rewritten(key):
     b.load_state_dict(a.state_dict())
     x = torch.randn(2, 5, 16, dtype=torch.float64)
     torch.testing.assert_close(b(x), a(x))
+
+
+def test_a_key_reshaped_in_place_after_its_unpacking_is_a_near_miss():
+    # `b, h, n, d = k.shape` proves 4-D before `k.unsqueeze_(0)`; after it the key is 5-D
+    source = ANY_RANK.replace(
+        "def forward(self, q, k, v):",
+        "def forward(self, q, k, v):\n        b, h, n, d = k.shape\n        k.unsqueeze_(0)",
+    )
+    line = _line(source, "k.unsqueeze_(0)")
+    assert _near_miss(source).endswith(f": the rank of `k` is not proven past `.unsqueeze_(...)` at line {line}")
