@@ -1674,6 +1674,7 @@ def _constructor_shape(text: str) -> Shape | None:
 
 
 _ELEMENTWISE_CALLS = {"log", "exp", "sqrt", "abs", "neg"}
+_LEGACY_CONSTRUCTORS = {"Tensor", "FloatTensor", "DoubleTensor", "HalfTensor", "BFloat16Tensor"}
 
 
 def _ast_shape(e: ast.expr) -> Shape | None:
@@ -1698,6 +1699,11 @@ def _ast_shape(e: ast.expr) -> Shape | None:
         if not sizes or any(isinstance(s, ast.Starred) for s in sizes):
             return None
         return Shape(tuple(fresh(unit=isinstance(s, ast.Constant) and s.value == 1) for s in sizes), True)
+    if short in _LEGACY_CONSTRUCTORS and name.startswith(("torch.", "th.")) and len(e.args) > 1 and not e.keywords \
+            and not any(isinstance(a, (ast.Starred, ast.Tuple, ast.List)) for a in e.args):
+        # `torch.Tensor(2, n)`: given more than one argument the legacy constructor takes them as sizes
+        # (given one, it may be data: `torch.Tensor([1, 2])`)
+        return Shape(tuple(fresh(unit=isinstance(s, ast.Constant) and s.value == 1) for s in e.args), True)
     if short == "full" and e.args and isinstance(e.args[0], (ast.Tuple, ast.List)):
         return Shape(tuple(fresh(unit=isinstance(s, ast.Constant) and s.value == 1) for s in e.args[0].elts), True)
     if short in _ELEMENTWISE_CALLS and e.args:

@@ -242,3 +242,13 @@ def test_a_value_an_in_place_method_reshapes_has_no_proven_rank():
     assert f.rank(last(m, "w")) == 3  # an in-place product keeps the shape
     lost = f.rank_lost_at(last(m, "t"))
     assert [n.op for n in lost] == [".unsqueeze_"]
+
+
+def test_the_legacy_constructor_given_several_sizes_has_that_shape():
+    f, m = facts("y = x", params="x",
+                 init="self.w = nn.Parameter(torch.Tensor(2, dim))\n        self.t = nn.Parameter(torch.FloatTensor(1, dim))\n"
+                      "        self.d = nn.Parameter(torch.Tensor(dim))\n        self.e = nn.Parameter(torch.Tensor([1.0, 2.0]))")
+    assert f.attribute_shape("self.w").rank == 2
+    t = f.attribute_shape("self.t")
+    assert t.rank == 2 and t.axes[0].unit
+    assert f.attribute_shape("self.d") is None and f.attribute_shape("self.e") is None  # one argument: sizes or data
