@@ -515,6 +515,19 @@ def attribute_is_setting(tree: ast.Module, cls: str, attr: str) -> bool:
                for arm in arms)
 
 
+def attribute_parameter(tree: ast.Module, cls: str, attr: str) -> str | None:
+    """The parameter of `__init__` of class `cls` that `self.<attr>` holds, where `__init__` assigns
+    it from that parameter alone, never rebound, and nothing else writes it (`attribute_values`):
+    what the code constructing the module passes. None otherwise."""
+    init = _function(tree, cls, "__init__") if _class(tree, cls) is not None else None
+    arms = attribute_values(tree, cls, attr) if init is not None else None
+    if init is None or not arms or len(arms) != 1 or not isinstance(arms[0], ast.Name):
+        return None
+    params = {a.arg for a in [*init.args.posonlyargs, *init.args.args, *init.args.kwonlyargs]} - {"self"}
+    rebound = {n.id for n in ast.walk(init) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    return arms[0].id if arms[0].id in params - rebound else None
+
+
 def _construction_values(tree: ast.Module, cls: str, param: str, index: int | None,
                          default: ast.expr | None) -> frozenset[int] | None:
     imports = Imports(tree, "")

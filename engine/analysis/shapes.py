@@ -133,15 +133,27 @@ _FACTORIES = {"torch.ones", "torch.zeros", "torch.randn", "torch.rand", "torch.e
 _PARAM_WRAPPERS = {"torch.nn.Parameter", "torch.nn.parameter.Parameter"}
 
 
+# reductions over constant dimensions: the input's axes less those reduced, or kept as size 1
+_REDUCTIONS = {".amax", ".amin", "torch.amax", ".sum", "sum", "mean", ".mean", ".logsumexp", "torch.logsumexp",
+               ".max", ".min", ".norm", "var", ".var", ".std"}
 # ops whose result's rank follows from their tensor inputs' (where those are proven): a rank lost
 # before one of them is lost at an earlier node
 _RANK_FOLLOWS = {
     "transpose", "matmul", ".permute", "torch.permute", ".unsqueeze", "torch.unsqueeze", ".squeeze", "torch.squeeze",
     ".flatten", "torch.flatten", ".unbind", "torch.unbind", ".chunk", ".split", "torch.chunk", "torch.split",
-    ".tensor_split", "getitem", ".expand", ".expand_as", ".repeat", "torch.cat", "cat",
+    ".tensor_split", "getitem", ".expand", ".expand_as", ".repeat", "torch.cat", "cat", "torch.concat",
+    "torch.concatenate", "torch.stack", *_REDUCTIONS,
 }
-# ops whose outputs are a tuple of tensors of their own (each output's shape is derived for it)
-_TUPLE_OPS = {".unbind", "torch.unbind", ".chunk", ".split", "torch.chunk", "torch.split", ".tensor_split"}
+# ops whose outputs are a tuple of tensors of their own (each output's shape is derived for it; one
+# output naming the whole tuple has the shape every item has)
+_TUPLE_OPS = {".unbind", "torch.unbind", ".chunk", ".split", "torch.chunk", "torch.split", ".tensor_split",
+              "torch.tensor_split"}
+_CATS = {"torch.cat", "cat", "torch.concat", "torch.concatenate"}
+# in-place methods that change their receiver's shape, and methods that may return their receiver itself
+_RESHAPE_IN_PLACE = {".unsqueeze_", ".squeeze_", ".transpose_", ".t_", ".swapdims_", ".swapaxes_", ".resize_",
+                     ".resize_as_", ".as_strided_", ".set_"}
+_MAY_RETURN_RECEIVER = {"assign", ".contiguous", ".to", ".type", ".type_as", ".float", ".half", ".double",
+                        ".bfloat16", ".cuda", ".cpu"}
 
 # products that take operands of one rank only (any other raises): the batched product's are 3-D, the
 # plain matrix product's 2-D; the spelling is the node's target (its op is `matmul`)
@@ -199,12 +211,17 @@ class ShapeFacts:
         self.params = params or {}
         self.calls = calls
         self._returns: dict[int, Shape | tuple[Shape | None, ...] | None] = {}  # id(layer node) -> its value
+        # id(layer node) -> the callee's facts, its `return` operands and the call's operand per parameter
+        self._callees: dict[int, tuple[ShapeFacts, list[Operand], dict[str, Operand]]] = {}
+        # id(layer node) -> where the proof of the rank its callee returns ends (`rank_lost_at`'s findings)
+        self.lost_inside: dict[int, tuple[ShapeFacts, list[Node | Var]]] = {}
         self._memo: dict[str, Shape | None] = {}
         self._attrs: dict[str, Shape | None] | None = None
         self._params: dict[str, Shape | None] = {}  # parameter (and whether None may be passed) -> its shape
         self._unpacks: dict[str, list[Node]] | None = None  # value -> nodes unpacking its whole shape
         self._readers: dict[str, list[Node]] | None = None  # value -> the nodes of the method reading it
         self._demands: dict[str, int | None] = {}  # value -> the rank its uses prove
+        self._in_place: dict[str, list[Node]] | None = None  # value -> the in-place calls that may reshape it
         self.contractions: dict[str, tuple[Axis | None, Axis | None]] = {}  # matmul output -> contracted axes
 
     # -- public questions --------------------------------------------------------------------
@@ -215,6 +232,8 @@ class ShapeFacts:
             if name in self._memo:
                 return self._memo[name]
             self._memo[name] = None  # a cycle proves nothing
+            if name in self._reshaped_in_place():
+                return None
             found = self._demanded(name, self._unpacked(name, self._derive(name)))
             self._memo[name] = found
             return found
@@ -223,6 +242,34 @@ class ShapeFacts:
                 return self.attribute_shape(operand.text)
             return _constructor_shape(operand.text)  # a factory written with constant sizes
         return None
+
+    def _reshaped_in_place(self) -> dict[str, list[Node]]:
+        """The values whose shape an in-place method changes somewhere in the method (`k.unsqueeze_(0)`),
+        with every value that may be the same tensor object (an assignment, a merge, a method that may
+        return its receiver), each with the calls that reshape it: one name holds several shapes, so
+        none is proven for any of them."""
+        if self._in_place is None:
+            self._in_place = {}
+            calls = [n for n in self.method.nodes
+                     if n.kind == "op" and n.op in _RESHAPE_IN_PLACE and n.inputs and isinstance(n.inputs[0], Var)]
+            links: dict[str, set[str]] = {}
+            for n in self.method.nodes if calls else ():
+                same = n.kind == "phi" or n.kind == "op" and (n.op in _MAY_RETURN_RECEIVER or n.op.endswith("_"))
+                reads = [i.name for i in (n.inputs if n.kind == "phi" else n.inputs[:1]) if isinstance(i, Var)]
+                for a in reads if same else ():
+                    for b in n.outputs:
+                        links.setdefault(a, set()).add(b)
+                        links.setdefault(b, set()).add(a)
+            for call in calls:
+                todo, group = [call.inputs[0].name], set()  # type: ignore[union-attr]
+                while todo:
+                    name = todo.pop()
+                    if name not in group:
+                        group.add(name)
+                        todo += links.get(name, ())
+                for name in group:
+                    self._in_place.setdefault(name, []).append(call)
+        return self._in_place
 
     def rank(self, operand: Operand | None) -> int | None:
         shape = self.shape(operand)
@@ -301,6 +348,10 @@ class ShapeFacts:
         if not isinstance(operand, Var) or operand.name in seen or self.rank(operand) is not None:
             return
         seen.add(operand.name)
+        reshaped = self._reshaped_in_place().get(operand.name)
+        if reshaped is not None:
+            found += [n for n in reshaped if n not in found]
+            return
         node = self.defs.get(operand.name)
         if node is None:
             found.append(operand)  # a parameter
@@ -308,10 +359,23 @@ class ShapeFacts:
         follows = node.kind == "phi" or node.kind == "layer" and node.op in _SAME_SHAPE_LAYERS | _LAST_AXIS_LAYERS \
             or node.kind == "op" and node.op in _RANK_FOLLOWS | _SAME_SHAPE | _BROADCAST
         if not follows:
+            inside = self._lost_in_callee(node, operand.name)
+            if inside is not None and inside[1] and all(isinstance(x, Var) for x in inside[1]):
+                # the callee's result has a rank wherever the arguments it comes from have one: the
+                # proof ends before the call
+                args = self._callees[id(node)][2]
+                if all(x.name in args for x in inside[1]):  # type: ignore[union-attr]
+                    for x in inside[1]:
+                        self._lost(args[x.name], seen, found)  # type: ignore[union-attr]
+                    return
+            if inside is not None and inside[1]:
+                self.lost_inside[id(node)] = inside
             found.append(node)
             return
         inputs = node.inputs
-        if node.kind == "op" and node.op in ("torch.cat", "cat") and inputs and isinstance(inputs[0], Seq):
+        if node.kind == "phi" and (picked := self._decided(node)) is not None:
+            inputs = (picked,)  # the branch the ranks decide is the only one taken
+        elif node.kind == "op" and node.op in _CATS | {"torch.stack"} and inputs and isinstance(inputs[0], Seq):
             inputs = inputs[0].items  # the pieces (one of proven rank would prove the whole's)
         elif node.kind != "phi" and node.op not in _BROADCAST and node.op != "matmul":
             inputs = inputs[:1]  # the tensor the op reads; the rest are dimensions and sizes
@@ -320,6 +384,41 @@ class ShapeFacts:
             found.append(node)  # its inputs' ranks are proven: the op itself leaves the rank unproven
         for i in unproven:
             self._lost(i, seen, found)
+
+    def _lost_in_callee(self, node: Node, output: str) -> tuple[ShapeFacts, list[Node | Var]] | None:
+        """Where the proof of the rank ends inside the `forward` of the repository's module that
+        `node` calls, for the value `output` names (an item of a returned tuple where the call is
+        unpacked); None where the call was not followed into."""
+        if node.kind != "layer":
+            return None
+        self.returned(node)
+        if id(node) not in self._callees:
+            return None
+        inner, values, _ = self._callees[id(node)]
+        item = node.outputs.index(output) if len(node.outputs) > 1 else None
+        lost: list[Node | Var] = []
+        for value in values:
+            if isinstance(value, Seq):
+                picked = [value.items[item]] if item is not None and item < len(value.items) else list(value.items)
+            else:
+                picked = [value]
+            for x in (x for v in picked for x in inner.rank_lost_at(v)):
+                if x not in lost:
+                    lost.append(x)
+        return inner, lost
+
+    def given_to_constructor(self, node: Node) -> str | None:
+        """The parameter of `__init__` that the module `node` calls (or whose method or attribute it
+        reads) is, where `__init__` assigns the attribute from that parameter alone (`self.k_norm =
+        k_norm`): its type is whatever the code constructing the module passes."""
+        target = node.target or node.op  # a call of a module of unknown type is an op named by its attribute
+        if node.op == "assign" and node.inputs and isinstance(node.inputs[0], Sym):
+            target = node.inputs[0].text  # `self.kv_cache.k_cache`
+        attr = target[5:].partition(".")[0] if target is not None and target.startswith("self.") else None
+        tree = numbers.tree_of(self.method.pos.file) if self.method.pos is not None else None
+        if not attr or not attr.isidentifier() or tree is None or self.cls is None:
+            return None
+        return numbers.attribute_parameter(tree, self.cls.name, attr)
 
     def trailing_units(self, operand: Operand | None, count: int) -> bool:
         """The last `count` axes of `operand` are provably size 1 and its rank is proven (so it
@@ -637,6 +736,69 @@ class ShapeFacts:
         defs = self.cls.layer_defs(node.target) if self.cls is not None and node.target is not None else ()
         return bool(defs) and all(d.type == node.op for d in defs) and any(not d.guard for d in defs)
 
+    def _decided(self, phi: Node) -> Operand | None:
+        """The input a branch merge takes where its test is decided by proven ranks (`if x.dim() ==
+        3: x = x.unsqueeze(1)` of an x proven 4-D merges x as it was); None where it is not."""
+        test, cond = phi.kwarg("test"), phi.kwarg("if")
+        if not isinstance(test, Var) or cond is None or len(phi.inputs) != 2:
+            return None
+        truth = self._truth(test, 0)
+        return None if truth is None else phi.inputs[0 if truth else 1]
+
+    def _truth(self, operand: Operand, depth: int) -> bool | None:
+        """The value of a branch test that compares ranks and integer constants, where proven."""
+        node = self.defs.get(operand.name) if isinstance(operand, Var) else None
+        if node is None or node.kind != "op" or node.kwargs or depth > 12:
+            return None
+        if node.op == "not" and len(node.inputs) == 1:
+            truth = self._truth(node.inputs[0], depth + 1)
+            return None if truth is None else not truth
+        if node.op in ("and", "or") and node.inputs:
+            values = [self._truth(i, depth + 1) for i in node.inputs]
+            decisive = node.op == "or"  # a True decides `or`, a False decides `and`
+            if decisive in values:
+                return decisive
+            return None if None in values else not decisive
+        compare = _COMPARISONS.get(node.op)
+        if compare is None or len(node.inputs) != 2:
+            return None
+        a, b = (self._static_int(i, depth + 1) for i in node.inputs)
+        return None if a is None or b is None else compare(a, b)
+
+    def _dim(self, operand: Operand | None) -> int | None:
+        """A dimension argument's value: a literal, or a value the code provably computes (an inlined
+        helper's parameter bound to one, `x.dim() - 1`)."""
+        return None if operand is None else self._static_int(operand, 0)
+
+    def _static_int(self, operand: Operand, depth: int) -> int | None:
+        """An integer that `operand` provably is: a literal, integer arithmetic of such, or the rank of
+        a tensor read as `x.dim()`, `x.ndim`, `x.ndimension()` or `len(x.shape)` where it is proven."""
+        if isinstance(operand, (Const, Sym)):
+            return _int(operand)
+        node = self.defs.get(operand.name) if isinstance(operand, Var) else None
+        if node is None or node.kind != "op" or node.kwargs or depth > 12:
+            return None
+        args = node.inputs
+        if node.op in (".dim", ".ndimension") and len(args) == 1:
+            return self.rank(args[0])
+        if node.op == "getattr" and args[1:] == (Const("ndim"),):
+            return self.rank(args[0])
+        if node.op == "len" and len(args) == 1 and isinstance(args[0], Var):
+            read = self.defs.get(args[0].name)
+            whole = read is not None and (read.op == "getattr" and read.inputs[1:] == (Const("shape"),)
+                                          or read.op == ".size" and len(read.inputs) == 1 and not read.kwargs)
+            return self.rank(read.inputs[0]) if whole else None  # type: ignore[union-attr]
+        values = [self._static_int(a, depth + 1) for a in args]
+        if None in values:
+            return None
+        if node.op == "assign" and len(values) == 1:
+            return values[0]
+        if node.op == "neg" and len(values) == 1:
+            return -values[0]  # type: ignore[operator]
+        if node.op in _INT_OPS and len(values) == 2:
+            return _INT_OPS[node.op](*values)
+        return None
+
     def _unpacked(self, name: str, shape: Shape | None) -> Shape | None:
         """`shape`, its rank proven where the code unpacks the value's shape into names (`b, h, n, d
         = x.shape`, `length, batch, size = x.size()`): that raises unless the value has exactly that
@@ -677,6 +839,9 @@ class ShapeFacts:
             # every call of a private helper passes
             return self.params[name] if name in self.params else self.param_shape(name)
         if node.kind == "phi":
+            picked = self._decided(node)
+            if picked is not None:
+                return self.shape(picked)
             return _join([self.shape(i) for i in node.inputs if isinstance(i, Var)])
         if node.op == "?" and node.target and node.target.startswith("self.") and not node.inputs:
             # `self.temperature.exp()` (an unknown callee to the extractor): a shape-keeping method of
@@ -723,10 +888,9 @@ class ShapeFacts:
             return self._unflatten(node)
         if op in (".unbind", "torch.unbind"):
             return self._unbind(node)
-        if op in (".chunk", ".split", "torch.chunk", "torch.split", ".tensor_split"):
+        if op in (".chunk", ".split", "torch.chunk", "torch.split", ".tensor_split", "torch.tensor_split"):
             return self._chunk(node)
-        if op in (".amax", ".amin", "torch.amax", ".sum", "sum", "mean", ".mean", ".logsumexp", "torch.logsumexp",
-                  ".max", ".min", ".norm", "var", ".var", ".std"):
+        if op in _REDUCTIONS:
             return self._reduce(node, name)
         if op == "getitem":
             return self._getitem(node)
@@ -734,8 +898,10 @@ class ShapeFacts:
             return self.shape(first)  # `x.max(dim, keepdim).values`
         if op in (".expand", ".expand_as", ".repeat"):
             return self._expand(node)
-        if op in ("torch.cat", "cat"):
+        if op in _CATS:
             return self._cat(node)
+        if op == "torch.stack":
+            return self._stack(node)
         if op in C.EINSUM_FUNCTIONS:
             return self._einsum(node)
         if op in ("einops.rearrange", "einops.repeat"):
@@ -804,6 +970,7 @@ class ShapeFacts:
         seeds = {p.name: s for p, o in operands if (s := self.shape(o)) is not None}
         inner = ShapeFacts(forward, callee, params=seeds, calls=(*self.calls, node.op))
         values = [n.inputs[0] if n.inputs else Const(None) for n in forward.nodes if n.kind == "return"]
+        self._callees[id(node)] = (inner, values, {p.name: o for p, o in operands})
         if not values:
             return None
         if all(isinstance(v, Seq) for v in values):
@@ -817,7 +984,7 @@ class ShapeFacts:
         return None
 
     def _transpose(self, node: Node) -> Shape | None:
-        d0, d1 = _int(node.kwarg("dim0")), _int(node.kwarg("dim1"))
+        d0, d1 = self._dim(node.kwarg("dim0")), self._dim(node.kwarg("dim1"))
         if d0 is None or d1 is None:
             return None
         shape = self.shape(node.inputs[0]) if node.inputs else None
@@ -873,7 +1040,7 @@ class ShapeFacts:
         alternatives: list[list[Shape | None]] = []
         for o in operands:
             node = self.defs.get(o.name) if isinstance(o, Var) else None
-            if node is not None and node.kind == "phi":
+            if node is not None and node.kind == "phi" and self._decided(node) is None:
                 alternatives.append([self.shape(i) for i in node.inputs if isinstance(i, Var)])
             else:
                 alternatives.append([self.shape(o)])
@@ -970,7 +1137,7 @@ class ShapeFacts:
         return Shape(tuple(axes), True)
 
     def _unsqueeze(self, node: Node) -> Shape | None:
-        d = _int(node.inputs[1] if len(node.inputs) > 1 else node.kwarg("dim"))
+        d = self._dim(node.inputs[1] if len(node.inputs) > 1 else node.kwarg("dim"))
         shape = self.shape(node.inputs[0])
         demanded = self.demanded_rank(node.outputs[0]) if shape is None and node.outputs else None
         if demanded is not None and demanded >= 1:
@@ -978,21 +1145,10 @@ class ShapeFacts:
             shape = Shape(tuple(fresh() for _ in range(demanded - 1)), True)
         if d is None or shape is None:
             return None
-        n = len(shape.axes)
-        if d < 0:
-            i = n + d + 1
-            if i < 0:
-                return None
-        else:
-            if not shape.exact or d > n:
-                return None
-            i = d
-        axes = list(shape.axes)
-        axes.insert(i, fresh(unit=True))
-        return Shape(tuple(axes), shape.exact)
+        return _inserted(shape, d, fresh(unit=True))
 
     def _squeeze(self, node: Node) -> Shape | None:
-        d = _int(node.inputs[1] if len(node.inputs) > 1 else node.kwarg("dim"))
+        d = self._dim(node.inputs[1] if len(node.inputs) > 1 else node.kwarg("dim"))
         shape = self.shape(node.inputs[0])
         if d is None or shape is None:
             return None
@@ -1002,8 +1158,8 @@ class ShapeFacts:
         return Shape(shape.axes[:i] + shape.axes[i + 1:], shape.exact)
 
     def _flatten(self, node: Node) -> Shape | None:
-        start = _int(node.inputs[1] if len(node.inputs) > 1 else node.kwarg("start_dim", Const(0)))
-        end = _int(node.inputs[2] if len(node.inputs) > 2 else node.kwarg("end_dim", Const(-1)))
+        start = self._dim(node.inputs[1] if len(node.inputs) > 1 else node.kwarg("start_dim", Const(0)))
+        end = self._dim(node.inputs[2] if len(node.inputs) > 2 else node.kwarg("end_dim", Const(-1)))
         shape = self.shape(node.inputs[0])
         if start is not None and start >= 0 and end == -1 and (shape is None or not shape.exact):
             # `x.flatten(start_dim=2)`: the axes from `start` on become one, whatever the rank was,
@@ -1021,7 +1177,7 @@ class ShapeFacts:
         tensor's shape (`v.size(3)`, as an einsum's lowering unflattens a value's trailing axes) is
         that tensor's axis, a literal 1 a unit axis, any other a new axis."""
         shape = self.shape(node.inputs[0]) if node.inputs else None
-        dim = _int(node.inputs[1]) if len(node.inputs) > 1 else None
+        dim = self._dim(node.inputs[1]) if len(node.inputs) > 1 else None
         sizes = node.inputs[2] if len(node.inputs) > 2 else None
         if shape is None or dim is None or not isinstance(sizes, Seq) or not sizes.items:
             return None
@@ -1040,7 +1196,7 @@ class ShapeFacts:
         return Shape(shape.axes[:i] + tuple(axes) + shape.axes[i + 1:], shape.exact)
 
     def _unbind(self, node: Node) -> Shape | None:
-        d = _int(node.inputs[1] if len(node.inputs) > 1 else node.kwarg("dim", Const(0)))
+        d = self._dim(node.inputs[1] if len(node.inputs) > 1 else node.kwarg("dim", Const(0)))
         shape = self.shape(node.inputs[0])
         if d is None or shape is None:
             return None
@@ -1052,7 +1208,7 @@ class ShapeFacts:
     def _chunk(self, node: Node) -> Shape | None:
         dim = node.inputs[2] if len(node.inputs) > 2 else node.kwarg("dim", Const(0))
         shape = self.shape(node.inputs[0])
-        d = _int(dim)
+        d = self._dim(dim)
         if d is None or shape is None or shape.position(d) is None:
             return None
         i = shape.position(d)
@@ -1071,7 +1227,7 @@ class ShapeFacts:
                                                        and isinstance(dim.value, tuple) else (dim,))
         positions = []
         for d in dims:
-            p = shape.position(_int(d)) if _int(d) is not None else None  # type: ignore[arg-type]
+            p = shape.position(self._dim(d)) if self._dim(d) is not None else None  # type: ignore[arg-type]
             if p is None:
                 return None
             positions.append(p)
@@ -1091,6 +1247,9 @@ class ShapeFacts:
         source = self.defs.get(node.inputs[0].name) if isinstance(node.inputs[0], Var) else None
         if source is not None and source.op in (".max", ".min") and _int(index) == 0:
             return self.shape(node.inputs[0])  # `x.max(dim, keepdim=True)[0]`: the values
+        if self._pieces(node.inputs[0]) is not None:
+            # an item of a tuple of pieces (`x.split(n, -1)[0]`), or some of them (`[1:]`)
+            return self._pieces(node.inputs[0]) if _index_parts(_index_text(index)) in (["I"], ["S"]) else None
         if source is not None and source.kind == "layer" and len(source.outputs) == 1 \
                 and isinstance(index, Const) and isinstance(index.value, int) and not isinstance(index.value, bool):
             items = self.returned(source)  # `self.pool(v, thw)[0]`: an item of the tuple a module returns
@@ -1168,12 +1327,53 @@ class ShapeFacts:
         return Shape(axes, True)
 
     def _cat(self, node: Node) -> Shape | None:
-        if not node.inputs or not isinstance(node.inputs[0], Seq):
+        """torch.cat raises unless its pieces have one rank: the result has the rank of any piece
+        whose rank is proven (written out, or the items of a tuple a split returns)."""
+        if not node.inputs:
             return None
-        ranks = {self.rank(i) for i in node.inputs[0].items} - {None}
+        if isinstance(node.inputs[0], Seq):
+            ranks = {self.rank(i) for i in node.inputs[0].items} - {None}
+        else:
+            piece = self._pieces(node.inputs[0])
+            ranks = {piece.rank} - {None} if piece is not None else set()
         if len(ranks) != 1:
             return None
         return Shape(tuple(fresh() for _ in range(ranks.pop())), True)  # type: ignore[arg-type]
+
+    def _stack(self, node: Node) -> Shape | None:
+        """torch.stack raises unless its pieces have one shape: the result is that shape with a new
+        axis at `dim` (counted in the result, as unsqueeze counts it), its size the number of pieces."""
+        items = node.inputs[0] if node.inputs else None
+        d = self._dim(node.inputs[1] if len(node.inputs) > 1 else node.kwarg("dim", Const(0)))
+        if d is None or items is None:
+            return None
+        if isinstance(items, Seq):
+            shapes = [self.shape(i) for i in items.items]
+            exact = {s for s in shapes if s is not None and s.exact}
+            ranks = {s.rank for s in exact}
+            if len(ranks) > 1 or not shapes:
+                return None
+            if len(exact) == 1 and all(s in exact for s in shapes):
+                piece: Shape | None = exact.pop()
+            elif ranks:
+                piece = Shape(tuple(fresh() for _ in range(ranks.pop())), True)  # type: ignore[arg-type]
+            else:
+                piece = _join(shapes)
+        else:
+            piece = self._pieces(items)
+        return None if piece is None else _inserted(piece, d, fresh())
+
+    def _pieces(self, operand: Operand) -> Shape | None:
+        """The shape of every tensor of `operand`, a tuple that a split, chunk or unbind returns (an
+        output naming the whole tuple); None for any other value (a list built item by item)."""
+        node = self.defs.get(operand.name) if isinstance(operand, Var) else None
+        if node is None or node.kind != "op" or len(node.outputs) != 1:
+            return None
+        if node.op in _TUPLE_OPS:
+            return self.shape(operand)
+        if node.op == "getitem" and len(node.inputs) == 2 and _index_parts(_index_text(node.inputs[1])) == ["S"]:
+            return self._pieces(node.inputs[0])  # `pieces[1:]`: a tuple of some of them
+        return None
 
     def _einsum(self, node: Node) -> Shape | None:
         einops = node.op == "einops.einsum"
@@ -1425,6 +1625,29 @@ def _with_rank(shape: Shape | None, rank: int) -> Shape | None:
     return Shape(tuple(fresh() for _ in range(rank - len(known))) + known, True)
 
 
+def _inserted(shape: Shape, dim: int, axis: Axis) -> Shape | None:
+    """`shape` with `axis` inserted where `unsqueeze(dim)` puts a new axis (a negative `dim` counts
+    in the result from the end); None where that position is not provable."""
+    n = len(shape.axes)
+    if dim < 0:
+        i = n + dim + 1
+        if i < 0:
+            return None
+    else:
+        if not shape.exact or dim > n:
+            return None
+        i = dim
+    axes = list(shape.axes)
+    axes.insert(i, axis)
+    return Shape(tuple(axes), shape.exact)
+
+
+def _index_text(index: Operand) -> str:
+    if isinstance(index, Const) and isinstance(index.value, int):
+        return str(index.value)
+    return index.text if isinstance(index, Sym) else ""
+
+
 def _join(shapes: list[Shape | None]) -> Shape | None:
     """A value that is one of several (a merge after `if`): the axes all agree on."""
     if not shapes or any(s is None for s in shapes):
@@ -1566,6 +1789,7 @@ def _constructor_shape(text: str) -> Shape | None:
 
 
 _ELEMENTWISE_CALLS = {"log", "exp", "sqrt", "abs", "neg"}
+_LEGACY_CONSTRUCTORS = {"Tensor", "FloatTensor", "DoubleTensor", "HalfTensor", "BFloat16Tensor"}
 
 
 def _ast_shape(e: ast.expr) -> Shape | None:
@@ -1590,6 +1814,11 @@ def _ast_shape(e: ast.expr) -> Shape | None:
         if not sizes or any(isinstance(s, ast.Starred) for s in sizes):
             return None
         return Shape(tuple(fresh(unit=isinstance(s, ast.Constant) and s.value == 1) for s in sizes), True)
+    if short in _LEGACY_CONSTRUCTORS and name.startswith(("torch.", "th.")) and len(e.args) > 1 and not e.keywords \
+            and not any(isinstance(a, (ast.Starred, ast.Tuple, ast.List)) for a in e.args):
+        # `torch.Tensor(2, n)`: given more than one argument the legacy constructor takes them as sizes
+        # (given one, it may be data: `torch.Tensor([1, 2])`)
+        return Shape(tuple(fresh(unit=isinstance(s, ast.Constant) and s.value == 1) for s in e.args), True)
     if short == "full" and e.args and isinstance(e.args[0], (ast.Tuple, ast.List)):
         return Shape(tuple(fresh(unit=isinstance(s, ast.Constant) and s.value == 1) for s in e.args[0].elts), True)
     if short in _ELEMENTWISE_CALLS and e.args:
@@ -1607,6 +1836,9 @@ def _operand_key(operand: Operand) -> str:
     return f"v:{operand.name}" if isinstance(operand, Var) else f"s:{getattr(operand, 'text', operand)}"
 
 
+_COMPARISONS = {"compare:eq": lambda a, b: a == b, "compare:noteq": lambda a, b: a != b,
+                "compare:lt": lambda a, b: a < b, "compare:lte": lambda a, b: a <= b,
+                "compare:gt": lambda a, b: a > b, "compare:gte": lambda a, b: a >= b}
 _INT_OPS = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b}
 _AST_OPS = {ast.Add: _INT_OPS["add"], ast.Sub: _INT_OPS["sub"], ast.Mult: _INT_OPS["mul"]}
 

@@ -250,15 +250,8 @@ def _rank_lost_text(operand, ix: MethodIndex) -> str:
     for lost in sorted(lost_at, key=lambda n: n.pos.line if isinstance(n, Node) and n.pos else 0):
         if isinstance(lost, Var):
             params.append(f"`{lost.name.split('.', 1)[0]}`")
-            continue
-        if lost.op == "assign" and lost.inputs and isinstance(lost.inputs[0], Sym):
-            what = f"`{lost.inputs[0].text}`"
         else:
-            named = lost.kind == "layer" or lost.target is not None and "(" not in lost.target
-            what = f"`{lost.target if named else lost.op}(...)`"
-        if lost.pos is not None:
-            what += f" at line {lost.pos.line}" if lost.pos.file == here else f" at {Path(lost.pos.file).name}:{lost.pos.line}"
-        nodes.append(what)
+            nodes.append(_lost_node_text(lost, ix.shapes, here))
     parts = []
     if nodes:
         parts.append(f"the rank of `{name}` is not proven past {_listed(nodes)}")
@@ -267,6 +260,31 @@ def _rank_lost_text(operand, ix: MethodIndex) -> str:
     elif params:
         parts.append(f"`{name}` comes from parameter{'s' if len(params) > 1 else ''} {_listed(params)}, of unknown rank")
     return ": " + "; ".join(parts) if parts else ""
+
+
+def _lost_node_text(lost: Node, shapes, here: str | None, depth: int = 0) -> str:
+    """A node past which a rank is not proven, as a reason names it: what it computes, where, and why
+    where that is known (a module the constructor is given; inside a module of the repository, where
+    its `forward`'s proof ends)."""
+    if lost.op == "assign" and lost.inputs and isinstance(lost.inputs[0], Sym):
+        what = f"`{lost.inputs[0].text}`"
+    else:
+        named = lost.kind == "layer" or lost.target is not None and "(" not in lost.target
+        what = f"`{lost.target if named else lost.op}(...)`"
+    if lost.pos is not None:
+        what += f" at line {lost.pos.line}" if lost.pos.file == here else f" at {Path(lost.pos.file).name}:{lost.pos.line}"
+    given = shapes.given_to_constructor(lost)
+    inside = shapes.lost_inside.get(id(lost))
+    if given is not None:
+        what += f" (from the constructor's parameter `{given}`, of any type)"
+    elif inside is not None and depth < 2:
+        inner, points = inside
+        where = inner.method.pos.file if inner.method.pos is not None else None
+        named = [_lost_node_text(n, inner, where, depth + 1) for n in points if isinstance(n, Node)]
+        named += [f"parameter `{v.name.split('.', 1)[0]}`" for v in points if isinstance(v, Var)]
+        owner = f"{inner.cls.name}.forward" if inner.cls is not None else "its forward"
+        what += f" (in `{owner}`, past {_listed(named)})"
+    return what
 
 
 def _listed(items: list[str]) -> str:

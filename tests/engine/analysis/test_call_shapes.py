@@ -239,3 +239,74 @@ def test_an_activation_getter_returning_shape_keeping_modules_keeps_the_rank():
 def test_a_getter_that_may_return_a_module_changing_the_rank_proves_nothing():
     found, _ = statuses(GETTERS.replace("{getter}", "get_grow"))
     assert found[0][0] == "near-miss" and "not proven past `self.act(...)`" in found[0][1], found
+
+
+# MViT's Pool: helpers that add an axis to a 3-D input and take it away again, the branches decided
+# by the rank of what the call passes (a 4-D key: neither is taken)
+RANK_HELPERS = '''\
+def _unsqueeze(x, target_dim, expand_dim):
+    tensor_dim = x.dim()
+    if tensor_dim == target_dim - 1:
+        x = x.unsqueeze(expand_dim)
+    elif tensor_dim != target_dim:
+        raise ValueError("Unsupported input dimension")
+    return x, tensor_dim
+
+
+def _squeeze(x, target_dim, expand_dim, tensor_dim):
+    if tensor_dim == target_dim - 1:
+        x = x.squeeze(expand_dim)
+    return x
+
+
+class Pool(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.norm = nn.LayerNorm(dim)
+
+    def forward(self, x):
+        x, tensor_dim = _unsqueeze(x, {target}, 1)
+        x = self.norm(x[..., ::2, :])
+        return _squeeze(x, {target}, 1, tensor_dim)
+'''
+
+
+def test_branches_a_callee_takes_by_the_rank_of_its_argument_keep_the_rank():
+    for target in (4, 5):  # 4: neither branch runs; 5: the axis added is taken away again
+        found, _ = statuses(case(RANK_HELPERS.format(target=target), norm="Pool(dim // heads)"))
+        assert found == [("rewritten", None)], (target, found)
+
+
+def test_a_callee_whose_rank_helper_adds_an_axis_for_good_gives_a_5d_key():
+    source = case(RANK_HELPERS.format(target=5).replace("        return _squeeze(x, 5, 1, tensor_dim)\n",
+                                                        "        return x\n"), norm="Pool(dim // heads)")
+    found, _ = statuses(source)
+    assert found[0][0] == "near-miss" and "of a 5-D tensor" in found[0][1], found
+
+
+def _line(source: str, text: str) -> int:
+    return next(i for i, line in enumerate(source.splitlines(), 1) if text in line)
+
+
+def test_the_near_miss_names_where_the_callee_loses_the_rank():
+    source = case(RANK_HELPERS.format(target=4), norm="Pool(dim // heads)")
+    found, _ = statuses(source.replace("Pool(dim // heads)", "Pool(None)").replace(
+        "self.norm = nn.LayerNorm(dim)", "self.norm = dim if dim is not None else nn.Identity()"))
+    call, inner = _line(source, "k = self.k_norm(k)"), _line(source, "x = self.norm(x[..., ::2, :])")
+    assert found[0][0] == "near-miss" and found[0][1].endswith(
+        f"not proven past `self.k_norm(...)` at line {call} (in `Pool.forward`, past `self.norm(...)` at line {inner})"
+    ), found
+
+
+def test_a_module_the_constructor_is_given_is_named_as_such():
+    source = case(INJECTED, norm="KeyNorm(nn.LayerNorm(dim // heads))")
+    found, _ = statuses(source)
+    inner = _line(source, "return self.norm(x)")
+    assert found[0][1].endswith(f"(in `KeyNorm.forward`, past `self.norm(...)` at line {inner} (from the "
+                                "constructor's parameter `norm`, of any type))"), found
+
+
+def test_a_callee_that_keeps_its_argument_s_rank_traces_the_loss_to_the_argument():
+    source = case(RMS_NORM, call="k = self.k_norm(torch.flatten(k, 0, -1).view(*k.shape))")
+    found, _ = statuses(source)
+    assert found[0][0] == "near-miss" and "not proven past `.view(...)`" in found[0][1], found

@@ -159,3 +159,96 @@ def test_an_unflatten_to_sizes_read_from_a_tensor_has_that_tensors_axes():
     assert y.rank is None and [a.id for a in y.axes[-2:]] == [a.id for a in v.axes[3:]]
     assert z.rank == 7 and [a.id for a in z.axes[:5]] == [a.id for a in v.axes[:4]] + [v.axes[3].id]
     assert z.axes[-2].id not in {a.id for a in v.axes} and z.axes[-1].unit
+
+
+def test_pieces_of_a_split_keep_the_rank_and_stacking_them_adds_an_axis():
+    f, m = facts("y = x.view(b, n, d)\np = torch.split(y, s, dim=2)\nst = torch.stack(p, dim=0)\n"
+                 "lt = torch.stack(y.chunk(2, -1), dim=-1)\nc = torch.cat(torch.split(st, 1, dim=0), dim=3)\n"
+                 "first = y.split(s, -1)[0]\nrest = torch.stack(y.split(s, -1)[1:])\nu = torch.unbind(st)\n"
+                 "back = torch.stack(u, 1)", params="x, b, n, d, s")
+    y, st = f.shape(last(m, "y")), f.shape(last(m, "st"))
+    assert st.rank == 4 and [a.id for a in st.axes[1:3]] == [a.id for a in y.axes[:2]]
+    assert st.axes[3].id != y.axes[2].id  # the split axis has another size
+    lt = f.shape(last(m, "lt"))
+    assert lt.rank == 4 and [a.id for a in lt.axes[:2]] == [a.id for a in y.axes[:2]]
+    assert f.rank(last(m, "c")) == 4
+    assert f.rank(last(m, "first")) == 3  # an item of the tuple, not the tuple indexed as a tensor
+    assert f.rank(last(m, "rest")) == 4
+    assert f.rank(last(m, "back")) == 4
+
+
+def test_stacking_values_of_unproven_or_different_ranks_proves_nothing():
+    f, m = facts("y = x.view(b, n, d)\nz = x.view(b, n)\na = torch.stack([y, w])\nc = torch.stack([w, w])\n"
+                 "e = torch.stack([y, z])\ng = torch.stack(pieces, dim=0)\nh = torch.cat(pieces, dim=0)\n"
+                 "i = torch.stack(torch.split(w, s, dim=2), dim=0)\nj = torch.stack([w.transpose(-1, -2)], dim=-1)",
+                 params="x, w, b, n, d, s, pieces")
+    assert f.rank(last(m, "a")) == 4  # torch.stack raises unless both pieces have y's shape
+    assert f.shape(last(m, "c")) is None
+    assert f.shape(last(m, "e")) is None  # 3-D and 2-D pieces: it raises
+    assert f.shape(last(m, "g")) is None and f.shape(last(m, "h")) is None  # a sequence of anything
+    assert f.shape(last(m, "i")) is None  # a split of a value of unknown rank at a positive dim
+    j = f.shape(last(m, "j"))
+    assert j is not None and j.rank is None and len(j.axes) == 3  # trailing axes only
+
+
+def test_the_rank_lost_before_a_stack_is_traced_to_the_parameter():
+    f, m = facts("k = torch.stack(torch.split(self.proj(key), s, dim=2), dim=0)", params="key, s",
+                 init="self.proj = nn.Linear(dim, dim)")
+    assert f.rank_lost_at(last(m, "k")) == [Var("key")]
+
+
+def test_a_branch_decided_by_a_proven_rank_merges_only_the_branch_taken():
+    body = """
+y = x.view(b, n, d)
+r = y.dim()
+if r == 2:
+    y = y.unsqueeze(0)
+elif r != 3:
+    raise ValueError(r)
+z = x.view(b, d)
+if len(z.shape) == 2:
+    z = z.unsqueeze(1)
+w = x.view(b, n, d)
+if not w.ndim == 3 and flag:
+    w = w.flatten(1)
+t = x.view(b, n, d)
+if t.dim() - 1 == flag:
+    t = t.flatten(1)
+u = x.view(b, n, d)
+if u.ndimension() == 3:
+    u = u.unsqueeze(r - 3)
+"""
+    f, m = facts(body, params="x, b, n, d, flag")
+    assert f.rank(last(m, "y")) == 3  # 3-D: the unsqueeze is not taken
+    assert f.rank(last(m, "z")) == 3  # 2-D: it is
+    assert f.rank(last(m, "w")) == 3  # `not True and ...` is False, whatever flag is
+    assert f.rank(last(m, "t")) is None  # compared with a parameter: either branch
+    u = f.shape(last(m, "u"))
+    assert u.rank == 4 and u.axes[0].unit  # the unsqueeze's dim computed from the rank
+
+
+def test_a_branch_on_the_rank_of_a_value_of_unknown_rank_proves_nothing():
+    f, m = facts("if x.dim() == 3:\n    x = x.unsqueeze(1)\ny = x", params="x")
+    assert f.shape(last(m, "y")) is None
+    assert f.rank_lost_at(last(m, "y")) == [Var("x")]
+
+
+def test_a_value_an_in_place_method_reshapes_has_no_proven_rank():
+    f, m = facts("b, h, n, d = k.shape\nkk = k\nkk.unsqueeze_(0)\nt = k.transpose(2, 3)\n"
+                 "y = x.view(b, h, n, d)\nz = y.contiguous()\nz.t_()\nw = x.view(b, n, d)\nw.mul_(2)",
+                 params="k, x")
+    assert f.shape(Var("k")) is None and f.shape(last(m, "t")) is None  # kk is k: it is 5-D after the call
+    assert f.shape(last(m, "y")) is None  # .contiguous() may return y itself
+    assert f.rank(last(m, "w")) == 3  # an in-place product keeps the shape
+    lost = f.rank_lost_at(last(m, "t"))
+    assert [n.op for n in lost] == [".unsqueeze_"]
+
+
+def test_the_legacy_constructor_given_several_sizes_has_that_shape():
+    f, m = facts("y = x", params="x",
+                 init="self.w = nn.Parameter(torch.Tensor(2, dim))\n        self.t = nn.Parameter(torch.FloatTensor(1, dim))\n"
+                      "        self.d = nn.Parameter(torch.Tensor(dim))\n        self.e = nn.Parameter(torch.Tensor([1.0, 2.0]))")
+    assert f.attribute_shape("self.w").rank == 2
+    t = f.attribute_shape("self.t")
+    assert t.rank == 2 and t.axes[0].unit
+    assert f.attribute_shape("self.d") is None and f.attribute_shape("self.e") is None  # one argument: sizes or data

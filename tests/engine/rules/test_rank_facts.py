@@ -285,12 +285,14 @@ def _line(source: str, text: str) -> int:
 
 
 def test_the_near_miss_names_each_node_where_the_key_s_rank_is_lost():
-    # the reshape proves 4-D; the norm layer passed in and the cache's update each lose it
+    # the reshape proves 4-D; the norm layer passed in and the cache's update each lose it, and each
+    # is said to be whatever the code constructing the module passes
     reason = _near_miss(GEMMA_LIKE)
     assert reason.endswith(
         "is not provably a swap of the last two dimensions: the rank of `k` is not proven past "
-        f"`self.k_norm(...)` at line {_line(GEMMA_LIKE, 'self.k_norm(k)')} and "
-        f"`self.kv_cache.update(...)` at line {_line(GEMMA_LIKE, 'self.kv_cache.update(k, v)')}"
+        f"`self.k_norm(...)` at line {_line(GEMMA_LIKE, 'self.k_norm(k)')} (from the constructor's parameter "
+        f"`k_norm`, of any type) and `self.kv_cache.update(...)` at line {_line(GEMMA_LIKE, 'self.kv_cache.update(k, v)')}"
+        " (from the constructor's parameter `kv_cache`, of any type)"
     )
 
 
@@ -326,7 +328,8 @@ class UnknownModule(nn.Module):
 def test_a_key_out_of_a_module_of_unknown_type_is_a_near_miss_naming_it():
     reason = _near_miss(UNKNOWN_MODULE)
     line = _line(UNKNOWN_MODULE, "k = self.act(")
-    assert reason.endswith(f": the rank of `k` is not proven past `self.act(...)` at line {line}")
+    assert reason.endswith(f": the rank of `k` is not proven past `self.act(...)` at line {line} "
+                           "(from the constructor's parameter `act`, of any type)")
 
 
 @pytest.mark.parametrize(
@@ -352,3 +355,13 @@ def test_a_key_of_proven_rank_after_a_module_call_is_rewritten(key):
     b.load_state_dict(a.state_dict())
     x = torch.randn(2, 5, 16, dtype=torch.float64)
     torch.testing.assert_close(b(x), a(x))
+
+
+def test_a_key_reshaped_in_place_after_its_unpacking_is_a_near_miss():
+    # `b, h, n, d = k.shape` proves 4-D before `k.unsqueeze_(0)`; after it the key is 5-D
+    source = ANY_RANK.replace(
+        "def forward(self, q, k, v):",
+        "def forward(self, q, k, v):\n        b, h, n, d = k.shape\n        k.unsqueeze_(0)",
+    )
+    line = _line(source, "k.unsqueeze_(0)")
+    assert _near_miss(source).endswith(f": the rank of `k` is not proven past `.unsqueeze_(...)` at line {line}")
