@@ -1089,7 +1089,7 @@ def _find_rule(rule: Rule, indexes: list[MethodIndex], near_misses: bool) -> lis
         # a match on a path no call takes (`None is not None`: a helper's test of the None its
         # caller passes) computes nothing
         matches = [m for m in match_method(rule, ix, relaxed=near_misses)
-                   if all(_constant_truth(m.cond_text.get(cid, "")) in (None, taken) for cid, taken in m.conditions.items())]
+                   if all(constant_truth(m.cond_text.get(cid, "")) in (None, taken) for cid, taken in m.conditions.items())]
         by_root: dict[int, list[Match]] = {}
         for m in matches:
             if m.relaxed:
