@@ -24,6 +24,7 @@ Scope analysis then decides what may be done with a match:
 
 from __future__ import annotations
 
+import ast
 import itertools
 import math
 import re
@@ -1110,8 +1111,11 @@ def computes_output(name: str) -> bool:
 def training_methods(cls: ClassModel) -> list[Method]:
     """The methods that run in the training step: those named by `computes_output`, any method a
     training method calls (a public `self.gelu(x)`, `self.compute_attention(q, k, v)`: the
-    extractor inlines the call, and the inlined nodes sit in the callee's body) and any method it
-    hands on by reference (`apply_chunking_to_forward(self.ff_chunk, ...)`)."""
+    extractor inlines the call, and the inlined nodes sit in the callee's body), any method it
+    hands on by reference (`apply_chunking_to_forward(self.ff_chunk, ...)`, or inside an expression:
+    a table of bound methods `{"gelu": self.gelu, ...}`), and the method that built a module it calls
+    (`self.act_fn = self.get_hidden_act(name)` in `__init__`: what that method returns, maybe one of
+    its own bound methods from such a table, runs in the step)."""
     if cls.name == "__module__":
         return list(cls.methods)  # module-level functions and top-level code: all of them
     by_name = {m.name: m for m in cls.methods}
@@ -1130,20 +1134,41 @@ def training_methods(cls: ClassModel) -> list[Method]:
                     chosen.append(other)
                     todo.append(other)
         # which `self.<name>` symbols the method mentions, in bulk; the ordered walk below (which
-        # fixes the order methods are added in) runs only where one names a method not yet chosen
+        # fixes the order methods are added in) runs only where one may name a method not yet chosen
         texts = {o.text for n in method.nodes for o in n.inputs if o.__class__ is Sym}
         texts.update([o.text for n in method.nodes for _, o in n.kwargs if o.__class__ is Sym])
-        if not any(t.startswith("self.") and t[5:] in by_name and t[5:] not in names for t in texts):
+        texts.update([n.op for n in method.nodes if n.kind == "layer"])
+        if not any(name in by_name and name not in names for t in texts for name in _methods_named(t)):
             continue
         for node in method.nodes:
-            for operand in (*node.inputs, *(v for _, v in node.kwargs)):
-                if isinstance(operand, Sym) and operand.text.startswith("self."):
-                    name = operand.text[5:]
+            symbols = [o.text for o in (*node.inputs, *(v for _, v in node.kwargs)) if isinstance(o, Sym)]
+            if node.kind == "layer":
+                symbols.insert(0, node.op)  # the module's type: `self.<method>` where a method built it
+            for text in symbols:
+                for name in _methods_named(text):
                     if name in by_name and name not in names:
                         names.add(name)
                         chosen.append(by_name[name])
                         todo.append(by_name[name])
     return chosen
+
+
+@lru_cache(maxsize=4096)
+def _methods_named(text: str) -> tuple[str, ...]:
+    """The attributes of `self` an expression's text names without calling them (`self.gelu`, and
+    those in `{"gelu": self.gelu, "relu": F.relu}`), in order: bound methods handed on, where they
+    are methods. A text that does not parse names none."""
+    if "self." not in text:
+        return ()
+    if text.startswith("self.") and text[5:].isidentifier():
+        return (text[5:],)
+    try:
+        tree = ast.parse(text, mode="eval")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return ()
+    called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    return tuple(n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and id(n) not in called
+                 and isinstance(n.value, ast.Name) and n.value.id == "self")
 
 
 class FileIndexes:
