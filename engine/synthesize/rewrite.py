@@ -1327,7 +1327,18 @@ class Synthesizer:
             args = [_arg_text(a) for a in root_expr.args]
             first = match.bindings.get("materialized")
             if isinstance(first, Sym) and args and root_expr.args[0].keyword is None and not root_expr.args[0].star:
-                args[0] = first.text  # the first argument replaced (parameters materialized once)
+                # the first argument materialized once, under the name `$materialized`
+                given = root_expr.args[0].value
+                if isinstance(given, cst.GeneratorExp):  # `list(p for p in ...)`: its own parentheses go
+                    args[0] = cst.Module([]).code_for_node(given.with_changes(lpar=[], rpar=[]))
+                args[0] = f"{first.text} := list({args[0]})"
+            merged, at = match.bindings.get("merged"), match.bindings.get("chooser_at")
+            if isinstance(merged, Sym) and isinstance(at, Const):
+                # a `**` dict whose keys are not known: replaced by one merged under it
+                unpacked = [i for i, a in enumerate(root_expr.args) if a.star == "**"]
+                if not isinstance(at.value, int) or at.value >= len(unpacked):
+                    return None
+                args[unpacked[at.value]] = merged.text
             return ", ".join(args)
         operand = match.bindings.get(name)
         if operand is None:
