@@ -569,6 +569,7 @@ def _stats_over_last_axis(match: Match, ix: MethodIndex) -> str | None:
     trailing: dict[str, Operand] = {}  # the normalized shape N of statistics over the last len(N) axes
     computed: list = []  # the nodes computing those tuples of axes
     runtime: dict[str, Operand] = {}  # one axis held by an attribute proven an integer (`self.dim`)
+    tails: set[tuple[int, ...]] = set()  # constant axes proven the trailing ones of their input
     for key in ("mu", "ms", "var", "ex2"):
         node = match.nodes.get(key)
         if node is None or node.op == "sub":
@@ -589,7 +590,7 @@ def _stats_over_last_axis(match: Match, ix: MethodIndex) -> str | None:
             trailing[render(found[0])] = found[0]
             computed.extend(n for n in found[1] if n not in computed)
             continue
-        rank = ix.shapes.rank(source)
+        rank = ix.shapes.rank_where(source, node.guard)
         constant = ix.shapes.constant_axes(dim)
         if constant is None and ix.shapes.int_attribute(dim) is not None:
             runtime[render(dim)] = dim  # an attribute proven an integer: one axis, known at run time
@@ -606,6 +607,8 @@ def _stats_over_last_axis(match: Match, ix: MethodIndex) -> str | None:
         computed.extend(n for n in constant[1] if n not in computed)  # a local holding the axes
         held = tuple(sorted(d if d >= 0 or rank is None else d + rank for d in constant[0]))
         axes.add(held[0] if len(held) == 1 else held)
+        if rank is not None and len(held) > 1 and held == tuple(range(rank - len(held), rank)):
+            tails.add(held)
     if len(axes) + len(trailing) + len(runtime) > 1:
         return "the mean and the variance are taken over different axes"
     # the tuples of axes, or the locals holding them, are read by the statistics alone: they go with them
@@ -619,6 +622,11 @@ def _stats_over_last_axis(match: Match, ix: MethodIndex) -> str | None:
         match.bindings["nshape"] = next(iter(trailing.values()))
         return None
     held = axes.pop() if axes else -1
+    if held in tails and "$from" in (match.rule.rewrite or ""):
+        # the trailing axes of the input (its rank proven, or tested by a branch it is under): the
+        # kernel normalizes them as they are, over the sizes from the first on
+        match.bindings["from"] = Const(held[0])
+        return None
     if isinstance(held, tuple) and "$axes" not in (match.rule.rewrite or ""):
         return f"the statistics are over the axes {held}, which the rule's rewrite has no form for"
     if isinstance(held, tuple):

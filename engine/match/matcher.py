@@ -174,6 +174,9 @@ class Finding:
     fallbacks: list = field(default_factory=list, repr=False, compare=False)
     # a helper's intermediate it returns to its callers escapes: the match may be rewritten at a call
     hands_off: bool = field(default=False, repr=False, compare=False)
+    # the finding of a match on the other branch of an `if` that shares this one's leading statements:
+    # written together with it (engine/match/scope.py `_partner`)
+    partner: Finding | None = field(default=None, repr=False, compare=False)
 
     def to_json(self) -> dict:
         return {

@@ -809,7 +809,19 @@ class Synthesizer:
     # -- the rewrite ----------------------------------------------------------------------------
 
     def edit(self, finding: Finding) -> Edit:
-        """The edit that rewrites `finding`, computed against the parse (which it leaves as is)."""
+        """The edit that rewrites `finding`, computed against the parse (which it leaves as is). A
+        finding with a partner on the other branch of an `if` (`Finding.partner`) is written with it:
+        the two edits are made as one, their shared statements removed once."""
+        edit = self._edit_one(finding)
+        if finding.partner is None:
+            return edit
+        other = self._edit_one(finding.partner)
+        if set(edit.replace) & set(other.replace) or edit.splices or other.splices:
+            raise SynthesisError("the rewrites on the two branches touch the same statement")
+        return Edit({**edit.replace, **other.replace}, edit.remove | other.remove, {},
+                    [*edit.footprint, *other.footprint], edit.code + "\n" + other.code)
+
+    def _edit_one(self, finding: Finding) -> Edit:
         match = finding.match
         if match is None or not match.rule.rewrite:
             raise SynthesisError("the rule has no rewrite")
