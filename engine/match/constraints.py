@@ -564,12 +564,16 @@ def _stats_over_last_axis(match: Match, ix: MethodIndex) -> str | None:
     arithmetic of parameters every construction in the file passes integers for, `dim if dim >= 0
     else total_dim + dim`; engine/analysis/shapes.py `int_attribute`), `$axis` alone is bound, to
     that value: the kernel normalizes the input with it moved last, over its size, and the result
-    is moved back."""
+    is moved back. Constant axes that are the trailing ones of the input, its rank proven or tested
+    by a branch the statistics are under (`if x.dim() == 3:`), bind `$from` (the first of them) for a
+    rule whose template reads it: the kernel normalizes `x.shape[from:]` as it is. A list of axes the
+    function is given is tested at run time to be the trailing ones (`_checked_trailing`)."""
     axes: set[int | tuple[int, ...]] = set()  # one constant axis, or several (in increasing order)
     trailing: dict[str, Operand] = {}  # the normalized shape N of statistics over the last len(N) axes
     computed: list = []  # the nodes computing those tuples of axes
     runtime: dict[str, Operand] = {}  # one axis held by an attribute proven an integer (`self.dim`)
     tails: set[tuple[int, ...]] = set()  # constant axes proven the trailing ones of their input
+    listed: dict[str, tuple[Var, Operand | None]] = {}  # a list of axes passed in, and the input it is of
     for key in ("mu", "ms", "var", "ex2"):
         node = match.nodes.get(key)
         if node is None or node.op == "sub":
@@ -600,7 +604,8 @@ def _stats_over_last_axis(match: Match, ix: MethodIndex) -> str | None:
             return (f"the statistics are over `{attribute}`, not proven to hold one integer axis (set once in "
                     "`__init__`, an integer literal at every construction in the file)")
         if constant is None and isinstance(dim, Var):
-            return f"the statistics are over `{dim.name.split('.')[0]}`, not one axis nor provably the trailing axes"
+            listed[dim.name] = (dim, source)
+            continue
         if constant is None or (rank is not None and any(not -rank <= d < rank for d in constant[0])):
             known = f" of a {rank}-D tensor" if rank is not None else ""
             return f"the statistics are over dim={_dim_text(dim)}{known}, not axes the kernel can normalize"
@@ -609,8 +614,13 @@ def _stats_over_last_axis(match: Match, ix: MethodIndex) -> str | None:
         axes.add(held[0] if len(held) == 1 else held)
         if rank is not None and len(held) > 1 and held == tuple(range(rank - len(held), rank)):
             tails.add(held)
-    if len(axes) + len(trailing) + len(runtime) > 1:
+    if len(axes) + len(trailing) + len(runtime) + len(listed) > 1:
+        if listed and not axes and not trailing and not runtime:
+            dim = next(iter(listed.values()))[0]
+            return f"the statistics are over `{dim.name.split('.')[0]}`, not one axis nor provably the trailing axes"
         return "the mean and the variance are taken over different axes"
+    if listed:
+        return _checked_trailing(match, *next(iter(listed.values())))
     # the tuples of axes, or the locals holding them, are read by the statistics alone: they go with them
     match.companions.extend(n for n in computed if n not in match.companions)
     if runtime:
@@ -634,6 +644,27 @@ def _stats_over_last_axis(match: Match, ix: MethodIndex) -> str | None:
         match.bindings["axes"], match.bindings["last"] = Const(held), Const(tuple(range(-len(held), 0)))
     elif held != -1:
         match.bindings["axis"], match.bindings["axis_end"] = Const(held), Const(held + 1)
+    return None
+
+
+def _checked_trailing(match: Match, dims: Var, source: Operand | None) -> str | None:
+    """Statistics over a list of axes the function is given (asteroid's `z_norm(x, dims, eps)`):
+    where they are the trailing ones, the kernel normalizes over the last `len(dims)` sizes. That is
+    tested at run time, the original kept where it fails (`dims != list(range(x.dim() - len(dims),
+    x.dim()))`: axes written otherwise, negative or out of order, keep it too), for a rule whose
+    template reads `$count`; the list and the input must be the function's parameters as given
+    (assigned nowhere in it), so that the test reads what the statistics read. Binds `$count`."""
+    name = dims.name
+    why = f"the statistics are over `{name.split('.')[0]}`, not one axis nor provably the trailing axes"
+    if "$count" not in (match.rule.rewrite or "") or not isinstance(source, Var):
+        return why
+    params = {p.name for p in match.method.params if p.kind == "normal"}
+    assigned = {out.split(".")[0] for node in match.method.nodes for out in node.outputs}
+    if not {name, source.name} <= params or {name, source.name} & assigned:
+        return why + " (a run-time test of them needs the function's own parameters, assigned nowhere in it)"
+    x = source.name
+    match.bindings["count"] = Sym(f"len({name})")
+    match.runtime_checks.add(f"{name} != list(range({x}.dim() - len({name}), {x}.dim()))")
     return None
 
 

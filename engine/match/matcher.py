@@ -100,6 +100,10 @@ class Match:
     # only where a setting holds one value (a softmax over `self.dim`, the key axis where
     # `self.dim == 2`: the original is kept when `self.dim != 2`)
     setting_guards: set[str] = field(default_factory=set)
+    # tests, at run time, of a fact the kernel needs that the code cannot prove (statistics over a
+    # list of axes passed in: `dims != list(range(x.dim() - len(dims), x.dim()))`): the original is
+    # kept where one holds, also for a rule that has no guarded form for its paths
+    runtime_checks: set[str] = field(default_factory=set)
     # the variable a mask added through the scores' split views is assigned to, folded into their
     # layout, on the branch where it is set (scope `_optional_fold`): the kernel takes that variable
     fold_into: str | None = None

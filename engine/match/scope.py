@@ -568,6 +568,8 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match], every: list[Ma
         guards.append(frozenset({(match.cond_text.get(cid, f"<condition {cid}>"), not taken)}))
     # settings a constraint holds only for one value of (`self.dim != 2`)
     guards.extend(frozenset({(text, True)}) for text in sorted(match.setting_guards))
+    checked = {frozenset({(text, True)}) for text in match.runtime_checks}
+    guards.extend(sorted(checked, key=sorted))
 
     # 4. a location is one place in the code: all matched nodes in one function body (except for a
     #    rule whose pattern is about calls of a helper, `where same_helper`)
@@ -603,7 +605,7 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match], every: list[Ma
             return None
         if rule.detect_only:
             return finding
-        if not rule.guard:
+        if not rule.guard and not set(terms) <= checked:
             return near_miss(f"the original code would have to be kept when {finding.guard_text}; this rule has no guarded form")
         finding.status = "guarded"
     if finding.status == "guarded" and shared_with is not None:

@@ -49,6 +49,11 @@ kernel never runs with the class's default settings is refused there, and the be
 parlai's BasicAttention (every construction in the scanned files keeps `get_weights=True`) as found:
 wild3 TP 69 FN 9. That figure was lowered because it had measured the wrong thing, not to let a change through.
 
+After the non-attention rules' misses were closed (2026-12-05: methods reached through a table of bound
+methods, optimizer parameters materialized wherever they come from, a `**` configuration's keys left to
+decide at run time, a norm's statistics shared by both branches of an `if`, axes a rank test proves
+trailing, a list of axes checked at run time): wild4 TP 19 FN 3, wild5 TP 12 FN 9, wild6 TP 26 FN 10.
+
 No look-alike is rewritten. Raise the figures when the engine improves; never lower them to
 let a change through. Every rewritten file must also compile and be left alone by a second scan."""
 
@@ -105,11 +110,11 @@ def test_precision_and_recall_against_the_labels(scanned, labels):
     wild3 = W.score(W.set_labels(labels, "wild3"), W.set_sites(every_site, "wild3"))
     _at_least(wild3, 69, 0, 9, 1.0, 0.88, "wild3")
     wild4 = W.score(W.set_labels(labels, "wild4"), W.set_sites(every_site, "wild4"))
-    _at_least(wild4, 18, 0, 4, 1.0, 0.81, "wild4")
+    _at_least(wild4, 19, 0, 3, 1.0, 0.86, "wild4")
     wild5 = W.score(W.set_labels(labels, "wild5"), W.set_sites(every_site, "wild5"))
-    _at_least(wild5, 7, 0, 14, 1.0, 0.33, "wild5")
+    _at_least(wild5, 12, 0, 9, 1.0, 0.57, "wild5")
     wild6 = W.score(W.set_labels(labels, "wild6"), W.set_sites(every_site, "wild6"))
-    _at_least(wild6, 21, 0, 15, 1.0, 0.58, "wild6")
+    _at_least(wild6, 26, 0, 10, 1.0, 0.72, "wild6")
     labels = W.set_labels(labels, "wild1") + W.set_labels(labels, "wild2")
     sites = W.set_sites(every_site, "wild1") + W.set_sites(every_site, "wild2")
     _at_least(W.score(labels, sites), 130, 0, 2, 1.0, 0.98, "all")
