@@ -23,7 +23,7 @@ from functools import lru_cache
 
 from engine.analysis import numbers
 from engine.dsl import canonical as C
-from engine.dsl.ir import ClassModel, Const, Method, Node, Operand, Seq, Sym, Var
+from engine.dsl.ir import ClassModel, Cond, Const, Method, Node, Operand, Seq, Sym, Var
 from engine.extract import package
 from engine.extract.imports import Imports
 
@@ -274,6 +274,42 @@ class ShapeFacts:
     def rank(self, operand: Operand | None) -> int | None:
         shape = self.shape(operand)
         return None if shape is None else shape.rank
+
+    def rank_where(self, operand: Operand | None, guard: tuple[Cond, ...]) -> int | None:
+        """The rank of `operand` where the branch decisions `guard` hold: its proven rank, else the
+        one a decision tests (`if x.dim() == 3:`, `x.ndim == 4`, `len(x.shape) == 3` taken, or the
+        `!=` of one not taken) of that very value."""
+        rank = self.rank(operand)
+        if rank is not None or not isinstance(operand, Var):
+            return rank
+        taken = {c.id: c.taken for c in guard}
+        for node in self.method.nodes:
+            cid, test = node.kwarg("if"), node.kwarg("test")
+            if node.kind != "phi" or not isinstance(cid, Const) or cid.value not in taken or not isinstance(test, Var):
+                continue
+            compare = self.defs.get(test.name)
+            if compare is None or len(compare.inputs) != 2 or (compare.op, taken[cid.value]) not in (
+                    ("compare:eq", True), ("compare:noteq", False)):
+                continue
+            for counted, number in (compare.inputs, compare.inputs[::-1]):
+                if type(_int(number)) is int and self._rank_read(counted) == operand.name:
+                    return _int(number)
+        return None
+
+    def _rank_read(self, value: Operand) -> str | None:
+        """The value whose rank `value` is: `x.dim()`, `x.ndim`, `len(x.shape)`, `len(x.size())`."""
+        node = self.defs.get(value.name) if isinstance(value, Var) else None
+        if node is None or node.kind != "op" or not node.inputs or not isinstance(node.inputs[0], Var):
+            return None
+        if node.op == ".dim" and len(node.inputs) == 1 or node.op == "getattr" and node.inputs[1:] == (Const("ndim"),):
+            return node.inputs[0].name
+        if node.op == "len" and len(node.inputs) == 1:
+            inner = self.defs.get(node.inputs[0].name)
+            if inner is not None and inner.kind == "op" and inner.inputs and isinstance(inner.inputs[0], Var) and (
+                    inner.op == "getattr" and inner.inputs[1:] == (Const("shape"),)
+                    or inner.op == ".size" and len(inner.inputs) == 1 and not inner.kwargs):
+                return inner.inputs[0].name
+        return None
 
     def axis(self, operand: Operand | None, dim: Operand | None) -> Axis | None:
         """The axis that dimension argument `dim` of `operand` names, where provable."""

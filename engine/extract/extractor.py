@@ -664,6 +664,9 @@ class _InitExtractor:
         self.cond_id = 0
         self.layers: list[LayerDef] = []
         self.local_layers: dict[str, LayerDef] = {}  # local name -> layer built into it
+        # the methods of the class whose `__init__` this is: `self.act = self.gelu` stores one of them
+        self.methods = next((set(info.methods) for info in fx.classes.values() if info.methods.get("__init__") is fn),
+                            set())
 
     def run(self) -> list[LayerDef]:
         self.block(self.fn.body, ())
@@ -758,6 +761,10 @@ class _InitExtractor:
             for previous in reversed(self.layers):
                 if previous.attr == other:
                     return _layer_def(attr, previous.type, previous.args, previous.kwargs, previous.items, guard, pos)
+            if other[5:] in self.methods:
+                # a bound method of the class stored as the callable (`self.act = self.gelu`): its
+                # calls run that method, which the training step then reads (matcher.training_methods)
+                return _layer_def(attr, other, (), (), (), guard, pos)
             return None
         if isinstance(value, ast.Attribute) and _mentions_config(value):
             # a module chosen by configuration (`self.act = config.hidden_act`): type unknown

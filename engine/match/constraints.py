@@ -152,8 +152,11 @@ def _not_already_chosen(match: Match, ix: MethodIndex) -> str | None:
     """The optimizer call does not already choose an implementation (`fused=`, `foreach=`,
     `capturable=`, `differentiable=`), nor passes a `**kwargs` that may: the keys a `**` dict can
     hold must be proven, from the function's code and its callers' (engine.analysis.kwargs), to
-    include none of them."""
+    include none of them. One `**` dict whose keys cannot be proven (a configuration's section,
+    `**cfg.adam`) is left to decide at run time: `$chooser` is bound to it, and `fused=` goes into a
+    dict merged under its keys (`_bind_fused`)."""
     node = match.root
+    match.bindings.pop("chooser", None)
     for key, _ in node.kwargs:
         if key in _CHOOSING:
             return f"the call already sets {key}="
@@ -164,7 +167,9 @@ def _not_already_chosen(match: Match, ix: MethodIndex) -> str | None:
 
 def _kwargs_choose_nothing(match: Match) -> str | None:
     """Why the `**` dicts of the optimizer call may choose an implementation, or None where their
-    keys are proven to include none of `_CHOOSING`."""
+    keys are proven to include none of `_CHOOSING`, or where one of them alone has keys that cannot
+    be proven and is read as a name or an attribute (read twice, for its keys and for the call:
+    `$chooser` and `$chooser_at`, its place among the call's `**` arguments, are bound)."""
     node, pos = match.root, match.method.pos
     tree = tree_of(match.file.path)
     fn = next((n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
@@ -173,20 +178,46 @@ def _kwargs_choose_nothing(match: Match) -> str | None:
                  and n.col_offset == node.pos.col), None) if fn is not None and node.pos and not node.via else None
     if call is None:
         return "the call passes **kwargs, which may already choose an implementation"
-    for kw in call.keywords:
-        if kw.arg is not None:
-            continue
+    unknown: list[tuple[int, ast.expr, str]] = []  # (place among the `**` arguments, the dict, why)
+    for at, kw in enumerate(k for k in call.keywords if k.arg is None):
         text = ast.unparse(kw.value)
+        if isinstance(kw.value, ast.Dict):
+            chosen = next((k.value for k in kw.value.keys if isinstance(k, ast.Constant) and k.value in _CHOOSING),
+                          None)
+            if chosen is not None:
+                return f"the call already sets {chosen}= (in `**{{...}}`)"
+            if all(isinstance(k, ast.Constant) for k in kw.value.keys):
+                continue  # a literal whose keys are all written out
         if not isinstance(kw.value, ast.Name):
-            return f"the call passes **{text}, which may already choose an implementation"
+            unknown.append((at, kw.value, ""))
+            continue
         try:
             keys = dict_keys(tree, match.file.path, fn, kw.value.id, package.current())
-        except Unknown as unknown:
-            return f"the call passes **{text}, which may already choose an implementation: {unknown}"
+        except Unknown as why:
+            unknown.append((at, kw.value, f": {why}"))
+            continue
         chosen = next((k for k in _CHOOSING if k in keys), None)
         if chosen is not None:
             return f"the call passes **{text}, which may set {chosen}= (at {keys[chosen]})"
+    if not unknown:
+        return None
+    at, value, why = unknown[0]
+    if len(unknown) > 1:
+        texts = " and ".join(f"**{ast.unparse(v)}" for _, v, _ in unknown)
+        return f"the call passes {texts}, which may already choose an implementation: the keys of neither are known"
+    if not _read_twice_alike(value):
+        return f"the call passes **{ast.unparse(value)}, which may already choose an implementation{why}; " \
+            "its keys would be read from a second evaluation"
+    match.bindings["chooser"] = Sym(ast.unparse(value))
+    match.bindings["chooser_at"] = Const(at)
     return None
+
+
+def _read_twice_alike(value: ast.expr) -> bool:
+    """A name or an attribute of one (`extra`, `cfg.adam`): read again, it gives the same mapping."""
+    while isinstance(value, ast.Attribute):
+        value = value.value
+    return isinstance(value, ast.Name)
 
 
 CHECKS: dict[str, Callable[[Match, MethodIndex], str | None]] = {
@@ -560,11 +591,16 @@ def _stats_over_last_axis(match: Match, ix: MethodIndex) -> str | None:
     arithmetic of parameters every construction in the file passes integers for, `dim if dim >= 0
     else total_dim + dim`; engine/analysis/shapes.py `int_attribute`), `$axis` alone is bound, to
     that value: the kernel normalizes the input with it moved last, over its size, and the result
-    is moved back."""
+    is moved back. Constant axes that are the trailing ones of the input, its rank proven or tested
+    by a branch the statistics are under (`if x.dim() == 3:`), bind `$from` (the first of them) for a
+    rule whose template reads it: the kernel normalizes `x.shape[from:]` as it is. A list of axes the
+    function is given is tested at run time to be the trailing ones (`_checked_trailing`)."""
     axes: set[int | tuple[int, ...]] = set()  # one constant axis, or several (in increasing order)
     trailing: dict[str, Operand] = {}  # the normalized shape N of statistics over the last len(N) axes
     computed: list = []  # the nodes computing those tuples of axes
     runtime: dict[str, Operand] = {}  # one axis held by an attribute proven an integer (`self.dim`)
+    tails: set[tuple[int, ...]] = set()  # constant axes proven the trailing ones of their input
+    listed: dict[str, tuple[Var, Operand | None]] = {}  # a list of axes passed in, and the input it is of
     for key in ("mu", "ms", "var", "ex2"):
         node = match.nodes.get(key)
         if node is None or node.op == "sub":
@@ -585,7 +621,7 @@ def _stats_over_last_axis(match: Match, ix: MethodIndex) -> str | None:
             trailing[render(found[0])] = found[0]
             computed.extend(n for n in found[1] if n not in computed)
             continue
-        rank = ix.shapes.rank(source)
+        rank = ix.shapes.rank_where(source, node.guard)
         constant = ix.shapes.constant_axes(dim)
         if constant is None and ix.shapes.int_attribute(dim) is not None:
             runtime[render(dim)] = dim  # an attribute proven an integer: one axis, known at run time
@@ -595,15 +631,23 @@ def _stats_over_last_axis(match: Match, ix: MethodIndex) -> str | None:
             return (f"the statistics are over `{attribute}`, not proven to hold one integer axis (set once in "
                     "`__init__`, an integer literal at every construction in the file)")
         if constant is None and isinstance(dim, Var):
-            return f"the statistics are over `{dim.name.split('.')[0]}`, not one axis nor provably the trailing axes"
+            listed[dim.name] = (dim, source)
+            continue
         if constant is None or (rank is not None and any(not -rank <= d < rank for d in constant[0])):
             known = f" of a {rank}-D tensor" if rank is not None else ""
             return f"the statistics are over dim={_dim_text(dim)}{known}, not axes the kernel can normalize"
         computed.extend(n for n in constant[1] if n not in computed)  # a local holding the axes
         held = tuple(sorted(d if d >= 0 or rank is None else d + rank for d in constant[0]))
         axes.add(held[0] if len(held) == 1 else held)
-    if len(axes) + len(trailing) + len(runtime) > 1:
+        if rank is not None and len(held) > 1 and held == tuple(range(rank - len(held), rank)):
+            tails.add(held)
+    if len(axes) + len(trailing) + len(runtime) + len(listed) > 1:
+        if listed and not axes and not trailing and not runtime:
+            dim = next(iter(listed.values()))[0]
+            return f"the statistics are over `{dim.name.split('.')[0]}`, not one axis nor provably the trailing axes"
         return "the mean and the variance are taken over different axes"
+    if listed:
+        return _checked_trailing(match, *next(iter(listed.values())))
     # the tuples of axes, or the locals holding them, are read by the statistics alone: they go with them
     match.companions.extend(n for n in computed if n not in match.companions)
     if runtime:
@@ -615,6 +659,11 @@ def _stats_over_last_axis(match: Match, ix: MethodIndex) -> str | None:
         match.bindings["nshape"] = next(iter(trailing.values()))
         return None
     held = axes.pop() if axes else -1
+    if held in tails and "$from" in (match.rule.rewrite or ""):
+        # the trailing axes of the input (its rank proven, or tested by a branch it is under): the
+        # kernel normalizes them as they are, over the sizes from the first on
+        match.bindings["from"] = Const(held[0])
+        return None
     if isinstance(held, tuple) and "$axes" not in (match.rule.rewrite or ""):
         return f"the statistics are over the axes {held}, which the rule's rewrite has no form for"
     if isinstance(held, tuple):
@@ -622,6 +671,27 @@ def _stats_over_last_axis(match: Match, ix: MethodIndex) -> str | None:
         match.bindings["axes"], match.bindings["last"] = Const(held), Const(tuple(range(-len(held), 0)))
     elif held != -1:
         match.bindings["axis"], match.bindings["axis_end"] = Const(held), Const(held + 1)
+    return None
+
+
+def _checked_trailing(match: Match, dims: Var, source: Operand | None) -> str | None:
+    """Statistics over a list of axes the function is given (asteroid's `z_norm(x, dims, eps)`):
+    where they are the trailing ones, the kernel normalizes over the last `len(dims)` sizes. That is
+    tested at run time, the original kept where it fails (`dims != list(range(x.dim() - len(dims),
+    x.dim()))`: axes written otherwise, negative or out of order, keep it too), for a rule whose
+    template reads `$count`; the list and the input must be the function's parameters as given
+    (assigned nowhere in it), so that the test reads what the statistics read. Binds `$count`."""
+    name = dims.name
+    why = f"the statistics are over `{name.split('.')[0]}`, not one axis nor provably the trailing axes"
+    if "$count" not in (match.rule.rewrite or "") or not isinstance(source, Var):
+        return why
+    params = {p.name for p in match.method.params if p.kind == "normal"}
+    assigned = {out.split(".")[0] for node in match.method.nodes for out in node.outputs}
+    if not {name, source.name} <= params or {name, source.name} & assigned:
+        return why + " (a run-time test of them needs the function's own parameters, assigned nowhere in it)"
+    x = source.name
+    match.bindings["count"] = Sym(f"len({name})")
+    match.runtime_checks.add(f"{name} != list(range({x}.dim() - len({name}), {x}.dim()))")
     return None
 
 
@@ -1132,10 +1202,9 @@ def _fused_where_params_live(match: Match, ix: MethodIndex) -> str | None:
     the devices with a fused kernel), not on whether CUDA exists somewhere. The parameters must be
     readable twice without being consumed: `<module>.parameters()` (called again), or a list built in
     the function (a list literal or comprehension, or one filled by `append`/`insert`, of parameters
-    or of groups whose `params` are such lists or were already iterated here), or parameters passed
-    in that nothing else on the optimizer's path through the function reads, materialized once as
-    the optimizer's argument (`$materialized`: `model_params := list(model_params)`). Binds `$fused`
-    to that test."""
+    or of groups whose `params` are such lists or were already iterated here). Anything else is
+    materialized once as the optimizer's argument, as the optimizer's own first step does
+    (`_materialized_once`). Binds `$fused` to that test (or `$merged`: `_bind_fused`)."""
     node = match.root
     params = node.inputs[0] if node.inputs else node.kwarg("params")
     producer = ix.defs.get(params.name) if isinstance(params, Var) else None
@@ -1144,85 +1213,151 @@ def _fused_where_params_live(match: Match, ix: MethodIndex) -> str | None:
         text = producer.kwarg("text").text if isinstance(producer.kwarg("text"), Sym) else None
     source = _parameters_selected_from(text, lambda name: _bound_in_file(match.file.path, name)) if text else None
     if source is not None:
-        match.bindings["fused"] = Sym(f"all(p.device.type in {_FUSED_DEVICES} for p in {source})")
-        return None
+        return _bind_fused(match, f"all(p.device.type in {_FUSED_DEVICES} for p in {source})")
     if producer is None:
         return _materialized_once(params, match, ix)
     if producer.op == "list":  # `list(...)` of whatever was given (the materialized form below)
-        match.bindings["fused"] = Sym(_items_on_fused_devices(params.name.partition(".")[0]))
-        return None
+        return _bind_fused(match, _items_on_fused_devices(params.name.partition(".")[0]), defaulted=True)
     if producer.op == ".parameters" and producer.inputs and isinstance(producer.inputs[0], (Var, Sym)):
         owner = producer.inputs[0]
         owner_text = owner.text if isinstance(owner, Sym) else owner.name.partition(".")[0]
-        match.bindings["fused"] = Sym(f"all(p.device.type in {_FUSED_DEVICES} for p in {owner_text}.parameters())")
-        return None
-
+        return _bind_fused(match, f"all(p.device.type in {_FUSED_DEVICES} for p in {owner_text}.parameters())")
+    if _built_list(params, ix) is None:
+        return _materialized_once(params, match, ix)
     why = _unreadable_groups(params, node, ix)
     if why is not None:
         return why
     name = params.name.partition(".")[0]
-    match.bindings["fused"] = Sym(f"all(p.device.type in {_FUSED_DEVICES} for g in {name} "
-                                  f'for p in (g["params"] if isinstance(g, dict) else [g]))')
+    return _bind_fused(match, f"all(p.device.type in {_FUSED_DEVICES} for g in {name} "
+                              f'for p in (g["params"] if isinstance(g, dict) else [g]))')
+
+
+def _bind_fused(match: Match, test: str, defaulted: bool = False) -> None:
+    """Binds `$fused` to the device test (`... or None` where a group that cannot be read leaves
+    it at its default, `defaulted`). Where a `**` dict whose keys are not known (`$chooser`,
+    `**cfg.adam`) passes the settings, the test goes into a dict merged under it instead (`$merged`,
+    which takes that argument's place): a key of the dict wins, and the test holds only where the
+    dict chooses no other implementation (`fused=True` beside `foreach=True` or
+    `differentiable=True` raises; `None` is the default)."""
+    chooser = match.bindings.get("chooser")
+    if not isinstance(chooser, Sym):
+        match.bindings.pop("merged", None)
+        match.bindings["fused"] = Sym(f"{test} or None" if defaulted else test)
+        return None
+    others = ", ".join(f'"{key}"' for key in _CHOOSING if key != "fused")
+    match.bindings.pop("fused", None)
+    match.bindings["merged"] = Sym(f'**{{"fused": {{{others}}}.isdisjoint({chooser.text}.keys()) and {test} or None, '
+                                   f"**{chooser.text}}}")
     return None
+
+
+_FREE_NAMES = ("params", "param_groups")  # names that may hold parameters materialized from an expression
 
 
 def _materialized_once(params: Operand, match: Match, ix: MethodIndex) -> str | None:
-    """Parameters passed in (`def get_std_opt(model_params, ...)`, maybe a one-shot generator) and
-    read by nothing but the optimizer: materialized once as the optimizer's first argument
-    (`model_params := list(model_params)`, as the optimizer's own `list(params)` does), both the
-    optimizer and the device test read that list. Groups (dicts) are not looked into, which could
-    consume their `params` (`_items_on_fused_devices`). Binds `$materialized` and `$fused`."""
+    """Parameters the function cannot read twice (maybe a one-shot generator): passed in
+    (`def get_std_opt(model_params, ...)`), assigned from elsewhere (`params = kwargs.pop("params",
+    self.model.parameters())`), or computed by the call's argument itself (`self.make_parameter_groups()`,
+    `filter(f, params)`), are materialized once as the optimizer's first argument, as the optimizer's
+    own `list(params)` does, under their name (`model_params := list(model_params)`) or, for an
+    expression, under a name the function does not use (`params := list(self.make_parameter_groups())`);
+    both the optimizer and the device test read that list. A name must be read by nothing but the
+    optimizer on the optimizer's path (it holds the list afterwards), except where it is assigned
+    before the call. Groups (dicts) are not looked into where their `params` are not a list, which
+    could consume them (`_items_on_fused_devices`). Binds `$materialized` and `$fused`."""
     node = match.root
-    name = params.name if isinstance(params, Var) and node.inputs and node.inputs[0] is params else None
-    if name is None or name not in {p.name for p in match.method.params if p.kind == "normal"}:
+    if not node.inputs or node.inputs[0] is not params or node.via:
         return "where the parameters live is not known here (they are not built in this function)"
-    if node.via or not _named_once(match, name):
-        return f"`{name}` is read elsewhere in the function: it cannot be materialized for the optimizer alone"
-    match.bindings["materialized"] = Sym(f"{name} := list({name})")
-    match.bindings["fused"] = Sym(_items_on_fused_devices(name))
-    return None
+    if isinstance(params, Var) and not TEMP.match(params.name):
+        name = params.name.partition(".")[0]
+        if not _named_once(match, name):
+            return f"`{name}` is read elsewhere in the function: it cannot be materialized for the optimizer alone"
+    else:
+        name = _free_name(match)
+        if name is None:
+            return "the parameters are computed at the call and no name is free to hold them once materialized"
+    match.bindings["materialized"] = Sym(name)
+    return _bind_fused(match, _items_on_fused_devices(name), defaulted=True)
 
 
 def _items_on_fused_devices(name: str) -> str:
     """The device test over a list whose items may be groups made elsewhere: a group's `params`
     are read only where they are a list (read again unchanged; a generator there would be
     consumed). A group holding anything else, or any parameter off a fused device, leaves `fused`
-    at its default (None: `fused=False` would also turn off the `foreach` default)."""
+    at its default (None: `fused=False` would also turn off the `foreach` default; the caller adds
+    the `or None`)."""
     return (f"all(g.device.type in {_FUSED_DEVICES} if not isinstance(g, dict) else "
             f'isinstance(g.get("params"), list) and all(p.device.type in {_FUSED_DEVICES} for p in g["params"]) '
-            f"for g in {name}) or None")
+            f"for g in {name})")
 
 
-def _named_once(match: Match, name: str) -> bool:
-    """Whether the source of the matched function names `name` once on any path through it
-    (besides its parameter): at the optimizer's call, not in a loop, comprehension, lambda or nested
-    function, which could run the call more than once, and any other mention on a path exclusive
-    with the call's (another branch of an `if`, an earlier branch that always leaves the function:
-    `if name == "adam": return Adam(params, ...)` / `elif ...: return SGD(params, ...)`); False
-    where the source is not known."""
+def _enclosing(match: Match) -> tuple[ast.FunctionDef | ast.AsyncFunctionDef, ast.Call] | None:
+    """The matched function's `ast` definition and the optimizer's call in it, where both are found."""
     tree, pos, call_pos = tree_of(match.file.path), match.method.pos, match.root.pos
     fn = next((n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
                and n.lineno == pos.line and n.col_offset == pos.col), None) if tree is not None and pos else None
     call = next((n for n in ast.walk(fn) if isinstance(n, ast.Call) and n.lineno == call_pos.line
                  and n.col_offset == call_pos.col), None) if fn is not None and call_pos else None
-    if call is None or not call.args or not (isinstance(call.args[0], ast.Name) and call.args[0].id == name):
+    return (fn, call) if call is not None else None
+
+
+def _free_name(match: Match) -> str | None:
+    """A name of `_FREE_NAMES` that the matched function mentions nowhere (nor declares global):
+    bound at the call by `:=`, it is a new local that changes nothing else the function reads."""
+    found = _enclosing(match)
+    if found is None:
+        return None
+    fn, _ = found
+    used = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)}
+    used |= {a.arg for n in ast.walk(fn) if isinstance(n, ast.arguments) for a in (
+        *n.posonlyargs, *n.args, *n.kwonlyargs, *([n.vararg] if n.vararg else []), *([n.kwarg] if n.kwarg else []))}
+    used |= {name for n in ast.walk(fn) if isinstance(n, (ast.Global, ast.Nonlocal)) for name in n.names}
+    return next((name for name in _FREE_NAMES if name not in used), None)
+
+
+def _named_once(match: Match, name: str) -> bool:
+    """Whether the source of the matched function names `name` once on any path through it
+    (besides its parameter and assignments before the call): at the optimizer's call, not in a
+    loop, comprehension, lambda or nested function, which could run the call more than once, and
+    any other mention on a path exclusive with the call's (another branch of an `if`, an earlier
+    branch that always leaves the function: `if name == "adam": return Adam(params, ...)` / `elif
+    ...: return SGD(params, ...)`). An assignment before the call (not in a nested function or
+    comprehension, whose names are their own) binds what the call reads; the name must be the
+    function's own, a parameter or assigned in it (not declared `global` or `nonlocal`). False where
+    the source is not known."""
+    found = _enclosing(match)
+    if found is None:
+        return False
+    fn, call = found
+    if not call.args or not (isinstance(call.args[0], ast.Name) and call.args[0].id == name):
+        return False
+    if any(isinstance(n, (ast.Global, ast.Nonlocal)) and name in n.names for n in ast.walk(fn)):
         return False
     repeats = (ast.For, ast.AsyncFor, ast.While, ast.comprehension, ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef)
-    found: list[tuple[ast.Name, bool]] = []  # each mention, and whether it is inside something that repeats it
+    scopes = (ast.comprehension, ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef)
+    found_names: list[tuple[ast.Name, bool, bool]] = []  # each mention, whether repeated, whether in another scope
 
-    def walk(node: ast.AST, repeated: bool) -> None:
+    def walk(node: ast.AST, repeated: bool, nested: bool) -> None:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.Name) and child.id == name:
-                found.append((child, repeated))
-            walk(child, repeated or isinstance(child, repeats))
+                found_names.append((child, repeated, nested))
+            walk(child, repeated or isinstance(child, repeats), nested or isinstance(child, scopes))
 
-    walk(fn, False)
+    walk(fn, False, False)
     own = call.args[0]
-    if (own, False) not in found:
+    if (own, False, False) not in found_names:
         return False
-    file = _BranchFile(tree, match.file.module)
+    file = _BranchFile(tree_of(match.file.path), match.file.module)
     here = file.steps(own, fn)
-    return all(mention is own or _exclusive(here, file.steps(mention, fn)) for mention, _ in found)
+    start = (call.lineno, call.col_offset)
+
+    def assigned_before(mention: ast.Name, nested: bool) -> bool:
+        return isinstance(mention.ctx, ast.Store) and not nested and (mention.lineno, mention.col_offset) < start
+
+    local = any(a.arg == name for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)) \
+        or any(assigned_before(m, nested) for m, _, nested in found_names)
+    return local and all(mention is own or assigned_before(mention, nested) or _exclusive(here, file.steps(mention, fn))
+                         for mention, _, nested in found_names)
 
 
 _READS_THROUGH = ("set", "list", "tuple", "sorted")  # calls that iterate their argument to its end

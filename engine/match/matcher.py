@@ -111,6 +111,10 @@ class Match:
     # only where a setting holds one value (a softmax over `self.dim`, the key axis where
     # `self.dim == 2`: the original is kept when `self.dim != 2`)
     setting_guards: set[str] = field(default_factory=set)
+    # tests, at run time, of a fact the kernel needs that the code cannot prove (statistics over a
+    # list of axes passed in: `dims != list(range(x.dim() - len(dims), x.dim()))`): the original is
+    # kept where one holds, also for a rule that has no guarded form for its paths
+    runtime_checks: set[str] = field(default_factory=set)
     # the variable a mask added through the scores' split views is assigned to, folded into their
     # layout, on the branch where it is set (scope `_optional_fold`): the kernel takes that variable
     fold_into: str | None = None
@@ -188,6 +192,9 @@ class Finding:
     fallbacks: list = field(default_factory=list, repr=False, compare=False)
     # a helper's intermediate it returns to its callers escapes: the match may be rewritten at a call
     hands_off: bool = field(default=False, repr=False, compare=False)
+    # the finding of a match on the other branch of an `if` that shares this one's leading statements:
+    # written together with it (engine/match/scope.py `_partner`)
+    partner: Finding | None = field(default=None, repr=False, compare=False)
 
     def to_json(self) -> dict:
         return {
@@ -1302,9 +1309,13 @@ def computes_output(name: str) -> bool:
 
 def training_methods(cls: ClassModel) -> list[Method]:
     """The methods that run in the training step: those named by `computes_output` (every method of a
-    module that has no `forward`), any method a training method calls (a public `self.gelu(x)`, `self.compute_attention(q, k, v)`: the
-    extractor inlines the call, and the inlined nodes sit in the callee's body) and any method it
-    hands on by reference (`apply_chunking_to_forward(self.ff_chunk, ...)`)."""
+    module that has no `forward`), any method a
+    training method calls (a public `self.gelu(x)`, `self.compute_attention(q, k, v)`: the
+    extractor inlines the call, and the inlined nodes sit in the callee's body), any method it
+    hands on by reference (`apply_chunking_to_forward(self.ff_chunk, ...)`, or inside an expression:
+    a table of bound methods `{"gelu": self.gelu, ...}`), and the method that built a module it calls
+    (`self.act_fn = self.get_hidden_act(name)` in `__init__`: what that method returns, maybe one of
+    its own bound methods from such a table, runs in the step)."""
     if cls.name == "__module__":
         return list(cls.methods)  # module-level functions and top-level code: all of them
     by_name = {m.name: m for m in cls.methods}
@@ -1327,15 +1338,18 @@ def training_methods(cls: ClassModel) -> list[Method]:
                     chosen.append(other)
                     todo.append(other)
         # which `self.<name>` symbols the method mentions, in bulk; the ordered walk below (which
-        # fixes the order methods are added in) runs only where one names a method not yet chosen
+        # fixes the order methods are added in) runs only where one may name a method not yet chosen
         texts = {o.text for n in method.nodes for o in n.inputs if o.__class__ is Sym}
         texts.update([o.text for n in method.nodes for _, o in n.kwargs if o.__class__ is Sym])
-        if not any(t.startswith("self.") and t[5:] in by_name and t[5:] not in names for t in texts):
+        texts.update([n.op for n in method.nodes if n.kind == "layer"])
+        if not any(name in by_name and name not in names for t in texts for name in _methods_named(t)):
             continue
         for node in method.nodes:
-            for operand in (*node.inputs, *(v for _, v in node.kwargs)):
-                if isinstance(operand, Sym) and operand.text.startswith("self."):
-                    name = operand.text[5:]
+            symbols = [o.text for o in (*node.inputs, *(v for _, v in node.kwargs)) if isinstance(o, Sym)]
+            if node.kind == "layer":
+                symbols.insert(0, node.op)  # the module's type: `self.<method>` where a method built it
+            for text in symbols:
+                for name in _methods_named(text):
                     if name in by_name and name not in names:
                         names.add(name)
                         chosen.append(by_name[name])
@@ -1373,6 +1387,24 @@ class _Names:
                 self._layer_types = frozenset(n.op for m in self.methods for n in m.nodes if n.kind == "layer")
             return any(_glob_hit(alt.name, t) for t in self._layer_types)
         return alt.name in self.names
+
+
+@lru_cache(maxsize=4096)
+def _methods_named(text: str) -> tuple[str, ...]:
+    """The attributes of `self` an expression's text names without calling them (`self.gelu`, and
+    those in `{"gelu": self.gelu, "relu": F.relu}`), in order: bound methods handed on, where they
+    are methods. A text that does not parse names none."""
+    if "self." not in text:
+        return ()
+    if text.startswith("self.") and text[5:].isidentifier():
+        return (text[5:],)
+    try:
+        tree = ast.parse(text, mode="eval")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return ()
+    called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    return tuple(n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and id(n) not in called
+                 and isinstance(n.value, ast.Name) and n.value.id == "self")
 
 
 class FileIndexes:

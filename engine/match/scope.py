@@ -436,7 +436,12 @@ def _read_only_by(candidates: list[Node], matched_ids: set[int], ix: MethodIndex
     return list(kept.values())
 
 
-def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding | None:
+def analyse(match: Match, ix: MethodIndex, siblings: list[Match], every: list[Match] | None = None,
+            partner_of: Match | None = None) -> Finding | None:
+    """The finding of `match`. `siblings`: the other matches of its root; `every`: all matches of
+    the rule in the method, among which a partner on the other branch of an `if` may share the
+    match's leading statements (`_partner`); `partner_of`: the match this one is analysed as the
+    partner of, whose nodes may read this one's shared values."""
     rule = match.rule
     nodes = match.matched_nodes
     matched_ids = {id(n) for n in nodes}
@@ -492,6 +497,13 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding | N
             finding.companions.extend(n for n in both if n not in finding.companions)
             matched_ids |= {id(n) for n in both}
 
+    # a match on the other branch of an `if` that reads the values this match computes before it
+    # (GlobalLayerNorm's statistics, then the affine norm on one branch and the plain one on the
+    # other): both are written, together (synthesis), and those values go once neither reads them
+    partner = _partner(match, ix, every) if partner_of is None and every else None
+    shared_with = partner.match if partner is not None else partner_of
+    partner_ids = {id(n) for n in shared_with.matched_nodes} if shared_with is not None else set()
+
     # 2. intermediates must not escape
     guards: list[frozenset] = []  # the original code must run when any of these conjunctions holds
     pattern = match.pattern or rule.patterns[0]
@@ -506,7 +518,7 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding | N
             if name in root_outputs:
                 continue
             for use, implied in _transitive_uses(ix, name):
-                if id(use) in matched_ids:
+                if id(use) in matched_ids or id(use) in partner_ids:
                     continue
                 if rule.detect_only and _reads_metadata_only(use):
                     continue  # a shape or dtype read does not stop a detected location
@@ -595,6 +607,8 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding | N
         guards.append(frozenset({(match.cond_text.get(cid, f"<condition {cid}>"), not taken)}))
     # settings a constraint holds only for one value of (`self.dim != 2`)
     guards.extend(frozenset({(text, True)}) for text in sorted(match.setting_guards))
+    checked = {frozenset({(text, True)}) for text in match.runtime_checks}
+    guards.extend(sorted(checked, key=sorted))
 
     # 4. a location is one place in the code: all matched nodes in one function body (except for a
     #    rule whose pattern is about calls of a helper, `where same_helper`)
@@ -635,10 +649,50 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match]) -> Finding | N
             return None
         if rule.detect_only:
             return finding
-        if not rule.guard:
+        if not rule.guard and not set(terms) <= checked:
             return near_miss(f"the original code would have to be kept when {finding.guard_text}; this rule has no guarded form")
         finding.status = "guarded"
+    if finding.status == "guarded" and shared_with is not None:
+        return near_miss("a guarded rewrite cannot share its statements with the rewrite on the other branch")
+    if partner is not None:
+        finding.partner = partner
+        finding.locations.extend(p for p in partner.locations if p not in finding.locations)
+        finding.end_line = max(finding.end_line, partner.end_line)
     return finding
+
+
+def _partner(match: Match, ix: MethodIndex, every: list[Match]) -> Finding | None:
+    """The rewritable finding of another match of the rule whose root lies on the other branch of
+    an `if` that holds this match's root, and that shares with this match exactly the nodes either
+    computes before that `if` (the statistics of a norm, then each branch its own end of it: with a
+    weight and bias under `if self.elementwise_affine:`, without in the `else`). Each match's values
+    are then read by the other's nodes on the other branch: rewriting both replaces every reader,
+    and the shared statements go once. The partner is the fullest match of its root, analysed with
+    this match as its partner; None where there is no such one."""
+    mine = {id(n) for n in match.matched_nodes}
+    by_root: dict[int, list[Match]] = {}
+    for other in every:
+        if other.rule is match.rule and other.root is not match.root and not other.relaxed \
+                and mine & {id(n) for n in other.matched_nodes}:
+            by_root.setdefault(id(other.root), []).append(other)
+    for group in by_root.values():
+        other = max(group, key=lambda m: _fullness(m, ix))
+        theirs = {id(n) for n in other.matched_nodes}
+        decisions = [c.id for c in match.root.guard
+                     if any(d.id == c.id and d.taken != c.taken for d in other.root.guard)]
+        if len(decisions) != 1:
+            continue
+        cid = decisions[0]
+
+        def outside(m: Match, cid: int = cid) -> set[int]:
+            return {id(n) for n in m.matched_nodes if not any(c.id == cid for c in n.guard)}
+
+        if not outside(match) or outside(match) != mine & theirs or outside(other) != mine & theirs:
+            continue
+        found = analyse(other, ix, group, partner_of=match)
+        if found is not None and found.status == "rewritten":
+            return found
+    return None
 
 
 def _source_name(ssa: str) -> str:
@@ -1079,6 +1133,7 @@ def _drop_inner_rewrites(findings: list[Finding]) -> list[Finding]:
 
 def _find_rule(rule: Rule, indexes: list[MethodIndex], near_misses: bool) -> list[Finding]:
     chosen: dict[frozenset, tuple[Match, MethodIndex, list[Match]]] = {}
+    every: dict[int, list[Match]] = {}  # id(method index) -> the rule's strict matches in it
     # the same location inlined once into a caller: rewritten at the call where the helper's own
     # finding says that only its callers know whether the intermediates are needed
     at_calls: dict[frozenset, list[tuple[Match, MethodIndex, list[Match]]]] = {}
@@ -1090,6 +1145,7 @@ def _find_rule(rule: Rule, indexes: list[MethodIndex], near_misses: bool) -> lis
         # caller passes) computes nothing
         matches = [m for m in match_method(rule, ix, relaxed=near_misses)
                    if all(constant_truth(m.cond_text.get(cid, "")) in (None, taken) for cid, taken in m.conditions.items())]
+        every[id(ix)] = [m for m in matches if not m.relaxed]
         by_root: dict[int, list[Match]] = {}
         for m in matches:
             if m.relaxed:
@@ -1119,7 +1175,7 @@ def _find_rule(rule: Rule, indexes: list[MethodIndex], near_misses: bool) -> lis
     for key, (m, ix, group) in chosen.items():
         if in_rewritten_form(m, ix):
             continue
-        finding = _least_guarded(m, ix, group)
+        finding = _least_guarded(m, ix, group, every.get(id(ix)))
         if finding is not None and finding.hands_off and not m.root.via and key in at_calls:
             calls = [_least_guarded(*site) for site in at_calls[key]]
             if all(f is None for f in calls):
@@ -1139,22 +1195,41 @@ def _find_rule(rule: Rule, indexes: list[MethodIndex], near_misses: bool) -> lis
         relaxed_seen.add(key)
         if not in_rewritten_form(m, ix):
             results.append(analyse(m, ix, [m]))
-    results = _drop_contained([f for f in results if f is not None])
+    results = _drop_contained(_without_partners([f for f in results if f is not None]))
     results.sort(key=lambda f: (f.file, f.line, f.rule_id))
     return results
+
+
+def _root_place(f: Finding) -> tuple[int, int]:
+    pos = f.match.root.pos if f.match is not None else None
+    return (pos.line, pos.col) if pos is not None else (f.line, 0)
+
+
+def _without_partners(results: list[Finding]) -> list[Finding]:
+    """One finding for two matches written together (`Finding.partner`): the one whose root comes
+    first reports both; the other's own finding goes."""
+    partnered = {id(f.partner.match.root): f for f in results if f.partner is not None and f.partner.match is not None}
+    kept = []
+    for f in results:
+        first = partnered.get(id(f.match.root)) if f.match is not None else None
+        if first is not None and first is not f and first.match is not None and f.status in _REWRITES \
+                and _root_place(first) < _root_place(f):
+            continue
+        kept.append(f)
+    return kept
 
 
 _VIEW_STEPS = ("sv", "s2u", "s2v")  # the views around a mask add (constraints `mask_view_round_trip`)
 
 
-def _least_guarded(best: Match, ix: MethodIndex, group: list[Match]) -> Finding | None:
+def _least_guarded(best: Match, ix: MethodIndex, group: list[Match], every: list[Match] | None = None) -> Finding | None:
     """The finding of the fullest match of a root. Where that one sums two additive masks and so
     needs a guard (a None on either's path is no pass-through), the fullest match with one mask is
     taken instead when a rewrite can use it: it passes its mask as the kernel's optional one, so the
     kernel runs wherever the other term is absent (BEiT's relative-position biases, MPNet's position
     bias: one of them is None by default). A rewritable finding keeps the root's other matches,
     fullest first, for synthesis to fall back on (`fallback`)."""
-    finding = analyse(best, ix, group)
+    finding = analyse(best, ix, group, every)
     chosen = best
 
     def fullness(m: Match) -> tuple:
@@ -1210,7 +1285,7 @@ def fallback(finding: Finding) -> Finding | None:
 
 
 _CHOSEN_MATCH_FIELDS = ("status", "line", "end_line", "reason", "locations", "related", "guard_text", "checks",
-                        "companions", "dead", "match", "fallbacks")
+                        "companions", "dead", "match", "fallbacks", "partner")
 
 
 def adopt(finding: Finding, other: Finding) -> None:

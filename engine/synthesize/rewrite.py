@@ -827,7 +827,19 @@ class Synthesizer:
     # -- the rewrite ----------------------------------------------------------------------------
 
     def edit(self, finding: Finding) -> Edit:
-        """The edit that rewrites `finding`, computed against the parse (which it leaves as is)."""
+        """The edit that rewrites `finding`, computed against the parse (which it leaves as is). A
+        finding with a partner on the other branch of an `if` (`Finding.partner`) is written with it:
+        the two edits are made as one, their shared statements removed once."""
+        edit = self._edit_one(finding)
+        if finding.partner is None:
+            return edit
+        other = self._edit_one(finding.partner)
+        if set(edit.replace) & set(other.replace) or edit.splices or other.splices:
+            raise SynthesisError("the rewrites on the two branches touch the same statement")
+        return Edit({**edit.replace, **other.replace}, edit.remove | other.remove, {},
+                    [*edit.footprint, *other.footprint], edit.code + "\n" + other.code)
+
+    def _edit_one(self, finding: Finding) -> Edit:
         match = finding.match
         if match is None or not match.rule.rewrite:
             raise SynthesisError("the rule has no rewrite")
@@ -1509,7 +1521,18 @@ class Synthesizer:
             args = [_arg_text(a) for a in root_expr.args]
             first = match.bindings.get("materialized")
             if isinstance(first, Sym) and args and root_expr.args[0].keyword is None and not root_expr.args[0].star:
-                args[0] = first.text  # the first argument replaced (parameters materialized once)
+                # the first argument materialized once, under the name `$materialized`
+                given = root_expr.args[0].value
+                if isinstance(given, cst.GeneratorExp):  # `list(p for p in ...)`: its own parentheses go
+                    args[0] = cst.Module([]).code_for_node(given.with_changes(lpar=[], rpar=[]))
+                args[0] = f"{first.text} := list({args[0]})"
+            merged, at = match.bindings.get("merged"), match.bindings.get("chooser_at")
+            if isinstance(merged, Sym) and isinstance(at, Const):
+                # a `**` dict whose keys are not known: replaced by one merged under it
+                unpacked = [i for i, a in enumerate(root_expr.args) if a.star == "**"]
+                if not isinstance(at.value, int) or at.value >= len(unpacked):
+                    return None
+                args[unpacked[at.value]] = merged.text
             return ", ".join(args)
         operand = match.bindings.get(name)
         if operand is None:

@@ -6,7 +6,9 @@
 alternative whose variables are all bound (an alternative without variables always is); when none
 is, the segment disappears. A `$name` outside any segment must be bound.
 Special variables: `$callee` and `$args` are the source of the root call's function and arguments
-(the first positional one replaced by the text a constraint binds as `$materialized`, where it binds one).
+(the first positional one read once into a list under the name a constraint binds as `$materialized`,
+`name := list(<argument>)`, and a `**` one replaced by the dict a constraint binds as `$merged`, where
+they bind them).
 """
 
 from __future__ import annotations

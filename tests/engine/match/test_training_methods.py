@@ -46,6 +46,85 @@ def test_a_public_method_that_forward_calls_is_rewritten_in_place():
     torch.testing.assert_close(b(x), a(x))
 
 
+TABLE = '''
+import math
+import torch
+from torch import nn
+
+
+class FeedForward(nn.Module):
+    def __init__(self, dim, act):
+        super().__init__()
+        self.proj = nn.Linear(dim, dim)
+        self.act_fn = self.get_hidden_act(act)
+
+    def get_hidden_act(self, act):
+        table = {"gelu": self.gelu, "relu": torch.relu, "swish": self.swish}
+        return table[act]
+
+    def gelu(self, x):
+        return x * 0.5 * (1.0 + torch.erf(x / math.sqrt(2.0)))
+
+    def swish(self, x):
+        return x * torch.sigmoid(x)
+
+    def forward(self, x):
+        return self.proj(self.act_fn(x))
+
+
+class Stored(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.proj = nn.Linear(dim, dim)
+        self.act = self.gelu
+
+    def gelu(self, x):
+        return x * 0.5 * (1.0 + torch.erf(x / math.sqrt(2.0)))
+
+    def forward(self, x):
+        return self.act(self.proj(x))
+
+
+class Unused(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.proj = nn.Linear(dim, dim)
+
+    def gelu(self, x):
+        return x * 0.5 * (1.0 + torch.erf(x / math.sqrt(2.0)))
+
+    def forward(self, x):
+        return self.proj(x)
+
+    def generate(self, x):
+        act = self.gelu
+        return act(x)
+'''
+
+
+def test_a_method_handed_on_through_a_table_or_an_attribute_is_rewritten():
+    """recbole's FeedForward: `self.intermediate_act_fn = self.get_hidden_act(name)` in `__init__`,
+    whose table of bound methods holds `self.gelu`; and a bound method stored as the callable. A
+    method only a public method outside the step names (`generate`) is not read."""
+    findings, text = scan(TABLE, "gelu-erf")
+    assert [(f.status, f.cls, f.method) for f in findings] == [
+        ("rewritten", "FeedForward", "gelu"), ("rewritten", "Stored", "gelu")]
+    assert text.count("return nn.functional.gelu(x)") == 2
+    old, new = namespace(TABLE), namespace(text)
+    x = torch.randn(4, 8, dtype=torch.float64)
+    for name, args in (("FeedForward", (8, "gelu")), ("Stored", (8,))):
+        torch.manual_seed(0)
+        a = old[name](*args).double()
+        b = new[name](*args).double()
+        b.load_state_dict(a.state_dict())
+        xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+        ya, yb = a(xa), b(xb)
+        torch.testing.assert_close(yb, ya)
+        ya.sum().backward()
+        yb.sum().backward()
+        torch.testing.assert_close(xb.grad, xa.grad)
+
+
 STACK = '''
 import math
 import torch

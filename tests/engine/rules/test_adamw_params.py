@@ -290,3 +290,124 @@ def test_a_list_made_of_parameters_passed_in_does_not_look_into_groups():
     )
     for a, b in zip(model_a.parameters(), model_b.parameters(), strict=True):
         torch.testing.assert_close(b, a, rtol=1e-12, atol=1e-14)
+
+
+TRAINER = textwrap.dedent("""
+    import torch
+    from torch import optim
+
+
+    class Trainer:
+        def __init__(self, model, learner):
+            self.model = model
+            self.learner = learner
+
+        def build_optimizer(self, **kwargs):
+            params = kwargs.pop("params", self.model.parameters())
+            learner = kwargs.pop("learner", self.learner)
+            if learner == "adam":
+                optimizer = optim.Adam(params, lr=1e-2, weight_decay=0.01)
+            elif learner == "adamw":
+                optimizer = optim.AdamW(params, lr=1e-2, weight_decay=0.01)
+            elif learner == "sgd":
+                optimizer = optim.SGD(params, lr=1e-2)
+            else:
+                optimizer = optim.Adam(params, lr=1e-2)
+            return optimizer
+""")
+
+
+def _trainer_steps(code: str, learner: str, given, steps: int = 4):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 1)).double()
+    trainer = _load(code)["Trainer"](model, learner)
+    opt = trainer.build_optimizer(**({} if given is None else {"params": given(model)}))
+    train_steps(model, opt, steps)
+    return model, opt
+
+
+@pytest.mark.parametrize(
+    "given",
+    [None, lambda m: m.parameters(), lambda m: (p for p in m[0].parameters()),
+     lambda m: [{"params": list(m[0].parameters())}, {"params": list(m[1].parameters()), "lr": 1e-3}]],
+)
+@pytest.mark.parametrize("learner", ["adam", "adamw", "other"])
+def test_a_local_assigned_before_the_call_is_materialized_once(learner: str, given):
+    """recbole's `params = kwargs.pop("params", self.model.parameters())`: a local from elsewhere (a
+    generator by default), read on other branches only, is materialized under its own name."""
+    findings, new = _rewrite(TRAINER)
+    assert [f.status for f in findings] == ["rewritten"] * 3, findings
+    assert new.count("params := list(params)") == 3
+    model_a, opt_a = _trainer_steps(TRAINER, learner, given)
+    model_b, opt_b = _trainer_steps(new, learner, given)
+    assert all(g["fused"] is True for g in opt_b.param_groups)
+    assert [len(g["params"]) for g in opt_b.param_groups] == [len(g["params"]) for g in opt_a.param_groups]
+    for a, b in zip(model_a.parameters(), model_b.parameters(), strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-12, atol=1e-14)
+
+
+_BRANCHES = TRAINER[TRAINER.index("        if learner"):TRAINER.index("        return optimizer")]
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        # read on the optimizer's path before the call (an iterator used twice)
+        TRAINER.replace("        if learner", "        self.count = len(list(params))\n        if learner"),
+        # read after it
+        TRAINER.replace("return optimizer", "return optimizer, params"),
+        # the call runs in a loop: the second optimizer would get the list, not the spent generator
+        TRAINER.replace(_BRANCHES, "        for _ in range(2):\n" + textwrap.indent(_BRANCHES, "    ")),
+    ],
+)
+def test_a_local_read_on_the_optimizers_path_is_not_rewritten(code: str):
+    assert code != TRAINER
+    findings, new = _rewrite(code)
+    assert len(findings) == 3 and all(f.status == "near-miss" for f in findings), findings
+    assert new == code
+
+
+GROUPS_HELPER = textwrap.dedent("""
+    import torch
+
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Linear(3, 4)
+            self.b = torch.nn.Linear(4, 1)
+
+        def forward(self, x):
+            return self.b(self.a(x))
+
+        def make_parameter_groups(self):
+            no_decay = set(p for name, p in self.named_parameters() if name.endswith(".bias"))
+            main = {"params": [p for p in self.parameters() if p not in no_decay]}
+            return [main, {"params": GENERATED, "weight_decay": 0.0}]
+
+        def make_default_optimizer(self):
+            return torch.optim.AdamW(self.make_parameter_groups(), lr=1e-2, weight_decay=1e-2)
+""")
+
+
+@pytest.mark.parametrize(("generated", "fused"), [("list(no_decay)", True), ("iter(no_decay)", None)])
+def test_groups_from_a_helper_are_materialized_under_a_free_name(generated: str, fused: bool | None):
+    """rtdl's `torch.optim.AdamW(self.make_parameter_groups(), ...)`: the groups are read once into
+    `params`; a group whose `params` are not a list (a one-shot iterator) is not looked into, and
+    `fused` stays at its default."""
+    code = GROUPS_HELPER.replace("GENERATED", generated)
+    findings, new = _rewrite(code)
+    assert [f.status for f in findings] == ["rewritten"], findings
+    assert "params := list(self.make_parameter_groups())" in new
+    models, optimizers = [], []
+    for source in (code, new):
+        torch.manual_seed(0)
+        model = _load(source)["Model"]().double()
+        opt = model.make_default_optimizer()
+        train_steps(model, opt, 4)
+        models.append(model)
+        optimizers.append(opt)
+    assert [g["fused"] for g in optimizers[1].param_groups] == [fused, fused]
+    assert [len(g["params"]) for g in optimizers[1].param_groups] == [2, 2]
+    for a, b in zip(models[0].parameters(), models[1].parameters(), strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-12, atol=1e-14)
