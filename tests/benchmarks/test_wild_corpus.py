@@ -47,6 +47,11 @@ wild7 (fairseq, mmsegmentation, torchmultimodal, pytorch-tabular, lightly, audio
 flamingo-pytorch, CoCa-pytorch, memorizing-transformers-pytorch, performer-pytorch), held out and labelled the same
 way before the tool ran on it, has its own figures: on 2026-12-04, at its first scan, TP 16  FP 0  FN 10  TN 31
 P 1.000  R 0.615 (attention TP 12 FN 7, fused-adamw TP 0 FN 3; norms and GELU all found).
+On 2026-12-04, after the session's branches were merged (one-query and key-major attention, ranks
+proven by bmm's use and through split/stack, fairseq-style views, helpers and post-softmax zero
+re-fills, optimizer parameters materialized once, norms finished per branch): wild1 97/0/0, wild2
+34/0/1, wild3 71/0/7, wild4 20/0/2, wild5 14/0/7, wild6 33/0/3, wild7 16/0/10 (unchanged: no branch
+was merged that worked on it); all TP 285  FP 0  FN 30   P 1.000  R 0.905.
 
 On 2026-12-04 the benchmark started to score what the command line does: a guarded rewrite whose
 kernel never runs with the class's default settings is refused there, and the benchmark had counted
@@ -112,19 +117,19 @@ def test_precision_and_recall_against_the_labels(scanned, labels):
     every_site = [s for scan in scans for s in scan.sites]
     # the figures below were set on wild1 and wild2; wild3 to wild7, labelled later, have ratchets of their own
     wild3 = W.score(W.set_labels(labels, "wild3"), W.set_sites(every_site, "wild3"))
-    _at_least(wild3, 70, 0, 8, 1.0, 0.89, "wild3")
+    _at_least(wild3, 71, 0, 7, 1.0, 0.91, "wild3")
     wild4 = W.score(W.set_labels(labels, "wild4"), W.set_sites(every_site, "wild4"))
-    _at_least(wild4, 19, 0, 3, 1.0, 0.86, "wild4")
+    _at_least(wild4, 20, 0, 2, 1.0, 0.90, "wild4")
     wild5 = W.score(W.set_labels(labels, "wild5"), W.set_sites(every_site, "wild5"))
-    _at_least(wild5, 9, 0, 12, 1.0, 0.42, "wild5")
+    _at_least(wild5, 14, 0, 7, 1.0, 0.66, "wild5")
     wild6 = W.score(W.set_labels(labels, "wild6"), W.set_sites(every_site, "wild6"))
-    _at_least(wild6, 21, 0, 15, 1.0, 0.58, "wild6")
+    _at_least(wild6, 33, 0, 3, 1.0, 0.91, "wild6")
     wild7 = W.score(W.set_labels(labels, "wild7"), W.set_sites(every_site, "wild7"))
     _at_least(wild7, 16, 0, 10, 1.0, 0.61, "wild7")
     labels = W.set_labels(labels, "wild1") + W.set_labels(labels, "wild2")
     sites = W.set_sites(every_site, "wild1") + W.set_sites(every_site, "wild2")
-    _at_least(W.score(labels, sites), 130, 0, 2, 1.0, 0.98, "all")
-    _at_least(W.score(W.set_labels(labels, "wild1"), W.set_sites(sites, "wild1")), 96, 0, 1, 1.0, 0.98, "wild1")
+    _at_least(W.score(labels, sites), 131, 0, 1, 1.0, 0.99, "all")
+    _at_least(W.score(W.set_labels(labels, "wild1"), W.set_sites(sites, "wild1")), 97, 0, 0, 1.0, 1.0, "wild1")
     _at_least(W.score(W.set_labels(labels, "wild2"), W.set_sites(sites, "wild2")), 34, 0, 1, 1.0, 0.97, "wild2")
     sdpa = W.score([lb for lb in labels if lb.rule == "sdpa-attention"], [s for s in sites if s.rule == "sdpa-attention"])
     _at_least(sdpa, 103, 0, 2, 1.0, 0.98, "sdpa-attention")
