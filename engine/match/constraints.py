@@ -1214,6 +1214,9 @@ def _fused_where_params_live(match: Match, ix: MethodIndex) -> str | None:
     source = _parameters_selected_from(text, lambda name: _bound_in_file(match.file.path, name)) if text else None
     if source is not None:
         return _bind_fused(match, f"all(p.device.type in {_FUSED_DEVICES} for p in {source})")
+    held = _held_list(text) if text else None
+    if held is not None:  # `name := list(...)`, the materialized form itself: the test reads that list
+        return _bind_fused(match, _items_on_fused_devices(held), defaulted=True)
     if producer is None:
         return _materialized_once(params, match, ix)
     if producer.op == "list":  # `list(...)` of whatever was given (the materialized form below)
@@ -1232,6 +1235,18 @@ def _fused_where_params_live(match: Match, ix: MethodIndex) -> str | None:
                               f'for p in (g["params"] if isinstance(g, dict) else [g]))')
 
 
+def _held_list(text: str) -> str | None:
+    """The name of `name := list(...)` (parameters materialized once under a name), else None."""
+    try:
+        e = ast.parse(f"({text})", mode="eval").body  # a walrus stands unparenthesized as an argument
+    except SyntaxError:
+        return None
+    if isinstance(e, ast.NamedExpr) and isinstance(e.value, ast.Call) and isinstance(e.value.func, ast.Name) \
+            and e.value.func.id == "list" and len(e.value.args) == 1 and not e.value.keywords:
+        return e.target.id
+    return None
+
+
 def _bind_fused(match: Match, test: str, defaulted: bool = False) -> None:
     """Binds `$fused` to the device test (`... or None` where a group that cannot be read leaves
     it at its default, `defaulted`). Where a `**` dict whose keys are not known (`$chooser`,
@@ -1244,11 +1259,16 @@ def _bind_fused(match: Match, test: str, defaulted: bool = False) -> None:
         match.bindings.pop("merged", None)
         match.bindings["fused"] = Sym(f"{test} or None" if defaulted else test)
         return None
-    others = ", ".join(f'"{key}"' for key in _CHOOSING if key != "fused")
     match.bindings.pop("fused", None)
-    match.bindings["merged"] = Sym(f'**{{"fused": {{{others}}}.isdisjoint({chooser.text}.keys()) and {test} or None, '
-                                   f"**{chooser.text}}}")
+    match.bindings["merged"] = Sym(f"**{merged_under(chooser.text, 'fused', test)}")
     return None
+
+
+def merged_under(chooser: str, key: str, test: str) -> str:
+    """The dict literal that passes `key=<test>` under a `**` dict `chooser` whose keys are not
+    known: its keys win, and the test holds only where it chooses no other implementation."""
+    others = ", ".join(f'"{k}"' for k in _CHOOSING if k != key)
+    return f'{{"{key}": {{{others}}}.isdisjoint({chooser}.keys()) and {test} or None, **{chooser}}}'
 
 
 _FREE_NAMES = ("params", "param_groups")  # names that may hold parameters materialized from an expression

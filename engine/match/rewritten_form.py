@@ -17,6 +17,7 @@ import re
 from engine.dsl.ir import Const, Sym, Var
 
 _PLACEHOLDER = re.compile(r"\$(\w+)")
+_SINGLE_SEGMENT = re.compile(r"\[\[((?:(?!\|\||\]\]).)*)\]\]")
 
 
 @functools.lru_cache(maxsize=256)  # a rule's template: read for every match of the rule, never changed
@@ -24,9 +25,12 @@ def _added_keywords(template: str) -> tuple[str, dict[str, ast.expr], dict[str, 
     """The template's callee (a placeholder's name, or a dotted name), the keyword arguments it writes
     with fixed values, and those whose values depend on the match; None when the template is not a
     single call."""
+    # an optional segment with one alternative (`[[, fused=$fused]]`) extends the call where its
+    # placeholders are bound: read it as written; one with alternatives is a choice, not an extension
+    template = _SINGLE_SEGMENT.sub(r"\1", template)
     try:
         tree = ast.parse(_PLACEHOLDER.sub(r"__adopter_\1", template), mode="eval").body
-    except SyntaxError:  # optional sections (`[[...]]`): a replacement, not an extension
+    except SyntaxError:  # segments with alternatives (`[[a || b]]`): a replacement, not an extension
         return None
     if not isinstance(tree, ast.Call):
         return None
@@ -132,13 +136,48 @@ def in_rewritten_form(match, ix=None) -> bool:
     if not callee.startswith("__adopter_") and callee != match.root.op:
         return False  # the rewrite calls something else: its output cannot be this call
     given = {key: value for key, value in match.root.kwargs}
-    if not all(key in given for key in (*fixed, *dependent)):
+    if not all(key in given for key in fixed) or not all(_same_value(given[key], value) for key, value in fixed.items()):
         return False
-    if not all(_same_value(given[key], value) for key, value in fixed.items()):
+    missing = [key for key in dependent if key not in given]
+    if len(missing) > 1 or missing and not _merged_into_kwargs(missing[0], dependent[missing[0]], match, ix):
         return False
     for key, value in dependent.items():
+        if key in missing:
+            continue
         expected = _rendered(value, match, ix)
         text = _operand_text(given[key], ix)
         if expected is None or text is None or not _same_value(Sym(text), expected):
             return False
     return True
+
+
+def _merged_into_kwargs(key: str, template_value: ast.expr, match, ix) -> bool:
+    """Whether a `**` argument of the call is the dict a rule passes `key=` in under a `**` dict
+    whose keys are not known (`**{"fused": {...}.isdisjoint(cfg.adam.keys()) and <test> or None,
+    **cfg.adam}`, `constraints.merged_under`), with the test this match would write."""
+    from engine.match.constraints import merged_under
+
+    for name, value in match.root.kwargs:
+        if name != "**":
+            continue
+        producer = ix.defs.get(value.name) if isinstance(value, Var) and ix is not None else None
+        if producer is not None and producer.op == "dict":  # a dict literal: its source is kept as `text`
+            value = producer.kwarg("text")
+        if not isinstance(value, Sym):
+            continue
+        try:
+            d = ast.parse(value.text, mode="eval").body
+        except SyntaxError:
+            continue
+        if not (isinstance(d, ast.Dict) and len(d.keys) == 2 and d.keys[1] is None
+                and isinstance(d.keys[0], ast.Constant) and d.keys[0].value == key):
+            continue
+        test = _rendered(template_value, match, ix)
+        if test is None:
+            return False
+        if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or) and isinstance(test.values[-1], ast.Constant) \
+                and test.values[-1].value is None:  # `<test> or None`: the merged dict writes its own
+            test = test.values[0] if len(test.values) == 2 else ast.BoolOp(op=ast.Or(), values=test.values[:-1])
+        expected = merged_under(ast.unparse(d.values[1]), key, ast.unparse(test))
+        return ast.dump(ast.parse(expected, mode="eval").body) == ast.dump(d)
+    return False

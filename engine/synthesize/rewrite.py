@@ -555,6 +555,51 @@ def _python_name(ssa: str) -> str:
     return ssa.split(".", 1)[0]
 
 
+def _common_tail(a: str, b: str) -> str:
+    """The longest common suffix of `a` and `b`."""
+    n = 0
+    while n < min(len(a), len(b)) and a[len(a) - 1 - n] == b[len(b) - 1 - n]:
+        n += 1
+    return a[len(a) - n:]
+
+
+_AXIS_METHODS = {"squeeze", "unsqueeze", "transpose", "swapaxes", "permute", "movedim"}
+
+
+def _fixup_after(step: str, tail: str) -> str | None:
+    """The fix-up `step` (`.masked_fill(rows, value)` on the kernel's result) restated on the result
+    after `tail`, the steps that read the kernel's output back in the original's layout: the row
+    mask goes through the same steps. Only steps that move or drop axes by position (squeeze,
+    unsqueeze, transpose, permute, movedim; an index of integers, None and full slices) do the same
+    to a mask that broadcasts against the output as to the output; None for any other tail."""
+    try:
+        fill = ast.parse(f"_{step}", mode="eval").body
+        chain = ast.parse(f"_{tail}", mode="eval").body
+    except SyntaxError:
+        return None
+    if not (isinstance(fill, ast.Call) and isinstance(fill.func, ast.Attribute) and fill.func.attr == "masked_fill"
+            and len(fill.args) == 2 and not fill.keywords and isinstance(fill.func.value, ast.Name)):
+        return None
+    node = chain
+    while not (isinstance(node, ast.Name) and node.id == "_"):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _AXIS_METHODS \
+                and not node.keywords:
+            node = node.func.value
+        elif isinstance(node, ast.Subscript) and all(
+                isinstance(i, ast.Constant) and (i.value is None or isinstance(i.value, int))
+                or isinstance(i, ast.Slice) and i.lower is i.upper is i.step is None
+                for i in (node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice])):
+            node = node.value
+        else:
+            return None
+    if not tail:
+        return step
+    rows = ast.unparse(fill.args[0])
+    if not isinstance(fill.args[0], (ast.Call, ast.Attribute, ast.Name, ast.Subscript)):
+        rows = f"({rows})"
+    return f".masked_fill({rows}{tail}, {ast.unparse(fill.args[1])})"
+
+
 class Synthesizer:
     """One libcst parse of a region of a file. `offset` is what to add to a line of the region to
     get the file's line; `lines` are the file's lines (findings' positions are the file's)."""
@@ -907,7 +952,13 @@ class Synthesizer:
         if fixup is not None:
             # `if mask is not None: x = x.masked_fill(...)` after `x = <kernel>`
             name = small.targets[0].target.value  # type: ignore[union-attr]
-            new_stmt = cst.FlattenSentinel([new_stmt, cst.parse_statement(fixup.replace("{name}", name))])  # type: ignore[list-item]
+            text = fixup.replace("{name}", name)
+            formatted = self.context.style.format_statement(text, root_stmt.range.start.column)
+            try:
+                fix_stmt = cst.parse_statement(formatted)
+            except cst.ParserSyntaxError:
+                fix_stmt = cst.parse_statement(text)
+            new_stmt = cst.FlattenSentinel([new_stmt, fix_stmt])  # type: ignore[list-item]
         if folded:
             if guard is not None:
                 raise SynthesisError("a mask folded on its branch is not written under a guard")
@@ -1169,11 +1220,18 @@ class Synthesizer:
             bare = self._kernel_code(match, expr)
         finally:
             match.bindings["nan_rows"] = rows
-        step = code[len(bare):] if code.startswith(bare) else ""
-        if not step.startswith("."):
+        common, fix = _common_tail(code, bare), None
+        for at in range(len(common) + 1):  # the longest shared tail of whole steps (`.squeeze(-2)`)
+            tail = common[at:]
+            if tail and tail[0] not in ".[":
+                continue
+            head = bare[:len(bare) - len(tail)]
+            if code.startswith(head) and (fix := _fixup_after(code[len(head):len(code) - len(tail)], tail)):
+                break
+        if fix is None:
             raise SynthesisError("the fix-up of fully masked rows is not a step on the kernel's result")
         test = self.render(fthrough, match)
-        return bare, f"if {test} is not None:\n    {{name}} = {{name}}{step}"
+        return bare, f"if {test} is not None:\n    {{name}} = {{name}}{fix}"
 
     def _kernel_code(self, match: Match, expr: cst.BaseExpression) -> str:
         """The rule's template filled with the match's bindings, in the kernel's layout (`expr`: the

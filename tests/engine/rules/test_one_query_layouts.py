@@ -151,8 +151,12 @@ def test_memory_hop_with_an_optional_bool_index_fill():
 def test_a_query_reshaped_to_a_column_with_a_minus_infinity_fill():
     source = COLUMN.format(last=1)
     found, new = _scan(source)
-    assert found == [("guarded", None)]  # the original where no mask is given (its rows have no NaN to keep)
+    # the kernel on both paths: the mask, made on its branch, is passed where it is given, and the
+    # NaN rows are restored on the output read back through the same squeeze
+    assert found == [("rewritten", None)]
     assert "query.transpose(-2, -1)" in new and ".squeeze(-2)" in new
+    assert "mask.unsqueeze(-2).all(-1, keepdim=True).squeeze(-2), float('nan')" in new
+    assert "torch.softmax" not in new
     torch.manual_seed(1)
     key, query, value = _randn(3, 5, 8), _randn(3, 8), _randn(3, 5, 8)
     mask = torch.rand(3, 5) < 0.4

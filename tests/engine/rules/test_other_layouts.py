@@ -343,10 +343,13 @@ class Aggregate(nn.Module):
 
 def test_a_key_written_transposed_is_passed_as_it_was_stored():
     """The kernel transposes its key itself: `relation_emb.t()` (or `.transpose(-2, -1)`) is handed
-    over as `relation_emb`, not as `relation_emb.t().transpose(-2, -1)`."""
+    over as `relation_emb`, not as `relation_emb.t().transpose(-2, -1)`. `torch.mm` proves every
+    operand 2-D, so the kernel gets them with a batch and a head axis (the layout its fused
+    implementations take) and its output is read back without them."""
     findings, text = scan_source(STORED_KEY, select_rules("sdpa-attention"), "case.py", "case")
     assert [f.status for f in findings] == ["rewritten"], [f.reason for f in findings]
-    assert "scaled_dot_product_attention(user_emb,relation_emb,relation_emb,scale=1.0)" in "".join(text.split())
+    assert ("scaled_dot_product_attention(user_emb[None,None],relation_emb[None,None],relation_emb[None,None],"
+            "scale=1.0,)[0,0]") in "".join(text.split())
     assert ".t()" not in text
     namespace: dict = {}
     exec(compile(STORED_KEY, "old.py", "exec"), namespace)
