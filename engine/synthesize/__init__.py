@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 
+from engine.dsl.ir import Var
 from engine.extract.extractor import TOPLEVEL
 from engine.match.matcher import Finding
 from engine.synthesize.context import FileContext
@@ -32,6 +33,18 @@ REWRITABLE = ("rewritten", "guarded")
 
 def _identity(f: Finding) -> tuple:
     return (f.rule_id, f.cls, f.method, f.line)
+
+
+def _inside(finding: Finding, other: Finding) -> bool:
+    """Whether `finding`'s match shares nodes with `other`'s and reads a value `other`'s computes."""
+    mine, theirs = finding.match, other.match
+    if mine is None or theirs is None or mine is theirs or finding.rule_id == other.rule_id:
+        return False
+    if not {id(n) for n in mine.nodes.values()} & {id(n) for n in theirs.nodes.values()}:
+        return False
+    made_here = {o for n in mine.nodes.values() for o in n.outputs}
+    made_there = {o for n in theirs.nodes.values() for o in n.outputs} - made_here
+    return any(isinstance(v, Var) and v.name in made_there for v in mine.bindings.values())
 
 
 class _File:
@@ -55,7 +68,12 @@ class _File:
             return original, False
         edits: list[tuple[Finding, Edit]] = []
         deferred = False
-        for finding in sorted(region.findings, key=lambda f: (f.line, f.end_line), reverse=True):
+        ordered = sorted(region.findings, key=lambda f: (f.line, f.end_line), reverse=True)
+        # a match whose input another match computes, their nodes shared (an RMSNorm of `x - mean`
+        # inside a LayerNorm), is the inner part of that computation: the outer one is made first
+        inner = {id(f) for f in ordered if any(_inside(f, other) for other in ordered)}
+        ordered.sort(key=lambda f: id(f) in inner)
+        for finding in ordered:
             try:
                 edit = self._edit(synth, finding)
             except (SynthesisError, TemplateError) as exc:
