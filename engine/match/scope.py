@@ -1136,7 +1136,9 @@ def _find_rule(rule: Rule, indexes: list[MethodIndex], near_misses: bool) -> lis
     every: dict[int, list[Match]] = {}  # id(method index) -> the rule's strict matches in it
     # the same location inlined once into a caller: rewritten at the call where the helper's own
     # finding says that only its callers know whether the intermediates are needed
-    at_calls: dict[frozenset, list[tuple[Match, MethodIndex, list[Match]]]] = {}
+    # the fullest match at each call of a helper, by the helper's root it reaches (the matches
+    # there may differ from the helper's own: a call that decides a test takes one path)
+    at_calls: dict[tuple, list[tuple[Match, MethodIndex, list[Match]]]] = {}
     loose: list[tuple[Match, MethodIndex]] = []
     roots: list[tuple[MethodIndex, dict[int, list[Match]]]] = []
     own = set()  # the roots that a function's own body holds (not inlined at a call)
@@ -1169,21 +1171,28 @@ def _find_rule(rule: Rule, indexes: list[MethodIndex], near_misses: bool) -> lis
             if not inside and (previous is None or len(best.root.via) < len(previous[0].root.via)):
                 chosen[key] = (best, ix, group)
             if len(best.root.via) == 1:
-                at_calls.setdefault(key, []).append((best, ix, group))
+                at_calls.setdefault((best.root.pos, best.root.target), []).append((best, ix, group))
     # code already in the rule's rewritten form is no finding (analyse: None)
     results = []
     for key, (m, ix, group) in chosen.items():
         if in_rewritten_form(m, ix):
             continue
         finding = _least_guarded(m, ix, group, every.get(id(ix)))
-        if finding is not None and finding.hands_off and not m.root.via and key in at_calls:
-            calls = [_least_guarded(*site) for site in at_calls[key]]
+        sites = at_calls.get((m.root.pos, m.root.target), []) if not m.root.via else []
+        if finding is not None and finding.hands_off and sites:
+            calls = [_least_guarded(*site) for site in sites]
             if all(f is None for f in calls):
                 continue  # every call already keeps the helper only where its weights are needed
             rewritable = [f for f in calls if f is not None and f.status in ("rewritten", "guarded")]
             if rewritable:
                 results.extend(rewritable)
                 continue
+        elif finding is not None and finding.status == "near-miss" and sites:
+            # the helper cannot be rewritten for every caller (a public function's parameter that
+            # code outside may pass anything for), but a call that decides what the helper left
+            # open (V1's Swin call leaves `logit_scale` None) is rewritten where it is made
+            results.extend(f for f in (_least_guarded(*site) for site in sites)
+                           if f is not None and f.status in ("rewritten", "guarded"))
         results.append(finding)
     # structures that differ only in a constant, where nothing matched exactly: near-misses
     strict_positions = {p for key in chosen for p in key}  # (position, target) pairs

@@ -56,6 +56,10 @@ class _File:
         self.failed: dict[tuple, str] = {}
         self.applied_rules: dict[str, object] = {}
         self.codes: list[str] = []
+        # findings left for another round because an edit made here overlaps theirs: finding -> the
+        # rule of that edit; and how many edits each (rule, class, method) had made
+        self.overlapped: dict[int, tuple[Finding, str]] = {}
+        self.made: dict[tuple, int] = {}
 
     def rewrite_region(self, lines: list[str], region: Region, path: str) -> tuple[list[str], bool]:
         """The region's new lines, and whether some finding was left for another round."""
@@ -82,8 +86,10 @@ class _File:
             except Exception as exc:  # a synthesis bug must not lose the other findings
                 self.failed[_identity(finding)] = f"synthesis failed: {type(exc).__name__}: {exc}"
                 continue
-            if any(edit.overlaps(other) for _, other in edits):
+            winner = next((f for f, other in edits if edit.overlaps(other)), None)
+            if winner is not None:
                 deferred = True  # made on the edited text in the next round
+                self.overlapped.setdefault(id(finding), (finding, winner.rule_id))
                 continue
             edits.append((finding, edit))
         if not edits:
@@ -95,6 +101,8 @@ class _File:
             if _identity(finding) not in self.failed:
                 self.applied_rules[finding.rule_id] = finding.match.rule  # type: ignore[union-attr]
                 self.codes.append(edit.code)
+                key = (finding.rule_id, finding.cls, finding.method)
+                self.made[key] = self.made.get(key, 0) + 1
                 # the original code stays under a guard, where the guard's facts may let another
                 # rule (or this one, on the other path) match it: matched again in the next round
                 deferred = deferred or finding.status == "guarded"
@@ -210,7 +218,27 @@ def apply_findings(text: str, findings: list[Finding], style: Style | None = Non
         if reason is not None:
             f.status = "near-miss"
             f.reason = f"not rewritten: {reason}"
+    _report_overlapped(findings, state)
     return text
+
+
+def _report_overlapped(findings: list[Finding], state: _File) -> None:
+    """A finding whose edit overlapped another rule's and that no later round made (its code is
+    gone into that rewrite: an RMSNorm of `x - mean` inside the LayerNorm rewritten) is reported as
+    not rewritten, naming that rule, not as rewritten."""
+    made = dict(state.made)
+    for f in findings:
+        key = (f.rule_id, f.cls, f.method)
+        if id(f) not in state.overlapped or f.status not in REWRITABLE:
+            made[key] = made.get(key, 0) - (f.status in REWRITABLE)  # the edits made in the first round
+    for f in sorted((f for f in findings if id(f) in state.overlapped and f.status in REWRITABLE),
+                    key=lambda f: f.line):
+        key = (f.rule_id, f.cls, f.method)
+        if made.get(key, 0) > 0:
+            made[key] -= 1  # made again on the edited text
+            continue
+        f.status = "near-miss"
+        f.reason = f"not rewritten: its code is rewritten by {state.overlapped[id(f)][1]} here"
 
 
 def _outline(text: str, file) -> ast.Module | None:

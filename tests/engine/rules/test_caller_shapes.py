@@ -105,9 +105,6 @@ def test_what_a_call_passes_unproven_is_a_near_miss(name, edit):
     assert any(status == "near-miss" and "score factor" in (reason or "") for status, reason in findings), findings
 
 
-@pytest.mark.xfail(strict=True, reason="regression of 2026-12-04: since the fairseq2 and funasr2 branches were merged "
-                   "together (each alone passes), V1's call that leaves logit_scale at None is no longer rewritten "
-                   "at the call; precision is unaffected (a near-miss). To fix first next session")
 def test_a_public_helper_is_a_near_miss_naming_what_its_calls_pass():
     """Code outside the repository may call a public function with any `logit_scale` (torchvision
     documents Swin's as `Tensor[out_dim]`, which would vary along the key axis)."""
