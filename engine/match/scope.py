@@ -1174,7 +1174,7 @@ def _find_rule(rule: Rule, indexes: list[MethodIndex], near_misses: bool) -> lis
                 at_calls.setdefault((best.root.pos, best.root.target), []).append((best, ix, group))
     # code already in the rule's rewritten form is no finding (analyse: None)
     results = []
-    for key, (m, ix, group) in chosen.items():
+    for m, ix, group in chosen.values():
         if in_rewritten_form(m, ix):
             continue
         finding = _least_guarded(m, ix, group, every.get(id(ix)))
