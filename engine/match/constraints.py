@@ -1377,7 +1377,49 @@ def _named_once(match: Match, name: str) -> bool:
     local = any(a.arg == name for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)) \
         or any(assigned_before(m, nested) for m, _, nested in found_names)
     return local and all(mention is own or assigned_before(mention, nested) or _exclusive(here, file.steps(mention, fn))
-                         for mention, _, nested in found_names)
+                         or not repeated and not nested and _superseded(mention, fn, call)
+                         for mention, repeated, nested in found_names)
+
+
+def _superseded(mention: ast.Name, fn: ast.FunctionDef | ast.AsyncFunctionDef, call: ast.Call) -> bool:
+    """Whether a read of a name is followed, on every path that can reach `call`, by a new
+    assignment of the name first: it is read on the right of that assignment (`params =
+    list(filter(f, params))`), or an assignment follows it in the same block before anything that
+    could reach the call or jump (audiolm's `wd, no_wd = split(params)` then `params = [groups]`).
+    What it read (maybe a spent generator) is then never what the call reads. Reads inside a `try`
+    are not (a handler may go on to the call between the two)."""
+    if not isinstance(mention.ctx, ast.Load):
+        return False
+    parents: dict[int, ast.AST] = {}
+    for node in ast.walk(fn):
+        for child in ast.iter_child_nodes(node):
+            parents[id(child)] = node
+    statement: ast.AST = mention
+    while not isinstance(statement, ast.stmt):
+        statement = parents[id(statement)]
+    up: ast.AST = statement
+    while up is not fn:
+        up = parents[id(up)]
+        if isinstance(up, ast.Try | getattr(ast, "TryStar", ast.Try)):
+            return False
+
+    def assigns(stmt: ast.stmt) -> bool:
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target] if isinstance(stmt, ast.AnnAssign) \
+            and stmt.value is not None else []
+        return any(isinstance(t, ast.Name) and t.id == mention.id for t in targets)
+
+    if assigns(statement):  # read on the right of its own new assignment, unless the call is there too
+        return not any(n is call for n in ast.walk(statement))
+    block = next((getattr(parents[id(statement)], field) for field in ("body", "orelse", "finalbody")
+                  if statement in getattr(parents[id(statement)], field, [])), None)
+    if block is None:
+        return False
+    for later in block[block.index(statement) + 1:]:
+        if assigns(later):
+            return not any(n is call for n in ast.walk(later))
+        if any(n is call or isinstance(n, (ast.Break, ast.Continue)) for n in ast.walk(later)):
+            return False
+    return False
 
 
 _READS_THROUGH = ("set", "list", "tuple", "sorted")  # calls that iterate their argument to its end
