@@ -602,7 +602,7 @@ def _computed(value: ast.AST | None, local: set[str]) -> bool:
     return any(isinstance(n, _Name) and n.id in local for n in _walk(value))
 
 
-def _state_attrs(chain: list[ClassInfo], cache: dict[int, frozenset[str]]) -> frozenset[str]:
+def _state_attrs(chain: list[ClassInfo], cache: dict[int, frozenset[str]], src: Source) -> frozenset[str]:
     """`self.X` attributes that a method other than `__init__` sets to a value computed from its own
     parameters or locals (`self.item_embeddings = self.entity_embedding(item)`), or to a list it
     fills with such values (`self.h_emb_list.append(self.entity_embedding(head))`): state the module
@@ -617,14 +617,19 @@ def _state_attrs(chain: list[ClassInfo], cache: dict[int, frozenset[str]]) -> fr
                 continue
             attrs = cache.get(id(fn))
             if attrs is None:
-                attrs = cache[id(fn)] = _method_state_attrs(fn)
+                attrs = cache[id(fn)] = _method_state_attrs(fn, src.raw(fn))
             found |= attrs
     return frozenset(found)
 
 
-def _method_state_attrs(fn: ast.FunctionDef) -> frozenset[str]:
-    """The `self.X` attributes of `_state_attrs` that one method sets."""
+def _method_state_attrs(fn: ast.FunctionDef, text: str) -> frozenset[str]:
+    """The `self.X` attributes of `_state_attrs` that one method (its source `text`) sets."""
     this = fn.args.args[0].arg
+    # most methods set no attribute of `this` and call no `append`: their statements (a small part
+    # of their nodes) and their text tell, without walking every expression
+    if text.isascii() and not any(word in text for word in _COLLECTING) \
+            and not any(_assigns_attr(stmt, this) for stmt in _statements(fn)):
+        return frozenset()
     args = fn.args
     nodes = _walk(fn)
     local = {a.arg for a in (*args.posonlyargs, *args.args[1:], *args.kwonlyargs)}
@@ -644,6 +649,32 @@ def _method_state_attrs(fn: ast.FunctionDef) -> frozenset[str]:
                 and node.func.value.value.id == this and any(_computed(a, local) for a in node.args):
             found.add(f"self.{node.func.value.attr}")
     return frozenset(found)
+
+
+def _statements(fn: ast.FunctionDef) -> list[ast.AST]:
+    """`fn` and every statement under it (nested functions' and classes' included), with the
+    except handlers and match cases between them: no expression holds a statement."""
+    todo: list[ast.AST] = [fn]
+    for node in todo:  # grows while it is walked
+        for name in node._fields:
+            value = getattr(node, name, None)
+            if isinstance(value, list):
+                for item in value:
+                    if isinstance(item, _BLOCK_ITEMS):
+                        todo.append(item)
+    return todo
+
+
+def _assigns_attr(node: ast.AST, this: str) -> bool:
+    """`node` is an assignment to an attribute of `this` (`this.x = ...`, `this.a, this.b = ...`, `this.n += 1`)."""
+    if isinstance(node, ast.Assign):
+        targets = node.targets
+    elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+        targets = [node.target]
+    else:
+        return False
+    return any(isinstance(item, _Attribute) and isinstance(item.value, _Name) and item.value.id == this
+               for target in targets for item in (target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target]))
 
 
 def _called_self_attrs(node: ast.ClassDef, src: Source) -> set[str]:
@@ -988,7 +1019,7 @@ class _MethodExtractor:
         key = id(self.chain[0].node) if self.chain else 0
         state = self.fx.state_attrs_cache.get(key)
         if state is None:
-            state = self.fx.state_attrs_cache[key] = _state_attrs(self.chain, self.fx.method_state_attrs)
+            state = self.fx.state_attrs_cache[key] = _state_attrs(self.chain, self.fx.method_state_attrs, self.src)
         found |= {attr for attr in state if attr not in self.table}
         self.fx.tensor_attrs_cache[id(self.table)] = (self.table, found)
         return found
@@ -2121,6 +2152,7 @@ def _parenthesize(text: str) -> str:
 _Name, _Constant, _Attribute, _Call = ast.Name, ast.Constant, ast.Attribute, ast.Call
 _BinOp, _Subscript, _Tuple, _List = ast.BinOp, ast.Subscript, ast.Tuple, ast.List
 _AST = ast.AST
+_BLOCK_ITEMS = (ast.stmt, ast.excepthandler, ast.match_case)
 _MAY_NAME_A_LAYER = {ast.Name, ast.Attribute, ast.Subscript}  # what `layer_target` can resolve
 # in-place tensor methods read as their out-of-place form where the tensor has no alias
 # (`_MethodExtractor.in_place_fill`): the fill keeps the tensor's dtype either way
