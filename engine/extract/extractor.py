@@ -638,7 +638,8 @@ def _method_state_attrs(fn: ast.FunctionDef, text: str) -> frozenset[str]:
     local.discard(this)
     found: set[str] = set()
     for node in nodes:
-        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and _computed(node.value, local):
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and _assigns_attr(node, this) \
+                and _computed(node.value, local):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             for target in targets:
                 for item in (target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target]):
