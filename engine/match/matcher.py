@@ -62,6 +62,9 @@ VIEW_KEY = "~view:"
 # methods whose result holds their tensor's values in its shape, dtype and device (a copy, or the
 # tensor itself): the match passes through them as through an identity cast (`_Matcher.producers`)
 _SAME_VALUES = {".contiguous", ".clone"}
+# the ops of a node that `_Matcher.producers` may read as another (a cast, a copy, the views of
+# `MethodIndex`: keepdim_view, max_view, product_view, transposed_view)
+_SEEN_THROUGH = frozenset({*CASTS, *_SAME_VALUES, ".unsqueeze", "torch.unsqueeze", "getitem", ".squeeze", "transpose"})
 # ops whose result is a tensor made from their first operand, a tensor (a method that None lacks, an
 # operator that None does not take): a test of such a value against None is decided
 _TENSOR_RESULTS = {".contiguous", ".clone", ".permute", ".transpose", "transpose", ".view", ".reshape", ".unsqueeze",
@@ -1084,6 +1087,8 @@ class _Matcher:
             depth += 1
         if node is None:
             return ()
+        if node.kind == "op" and node.op not in _SEEN_THROUGH:
+            return ((node, state),)  # most nodes: none of the readings below applies
         if node.kind == "op" and node.op in CASTS and id(node) not in state.used and self.ix.shapes.identity_cast(node):
             # a cast to the dtype the value has already (`rsqrt(var + eps).type(x.dtype)` of x's own
             # statistics) is the value itself: it goes with the match
