@@ -401,6 +401,7 @@ class _FileExtractor:
         self._init_layers: dict[int, tuple[LayerDef, ...]] = {}  # id(__init__) -> its layers (the tree outlives this)
         self.tensor_attrs_cache: dict[int, tuple[dict[str, list[LayerDef]], frozenset[str]]] = {}
         self.state_attrs_cache: dict[int, frozenset[str]] = {}  # id(class node) -> `_state_attrs` of its chain
+        self.method_state_attrs: dict[int, frozenset[str]] = {}  # id(method) -> the state attributes it sets
         self._stateless_forwards: dict[str, list[ClassInfo]] = {}  # class -> stateless_forward's owners
         for stmt in tree.body:
             if isinstance(stmt, ast.FunctionDef):
@@ -598,39 +599,83 @@ def _computed(value: ast.AST | None, local: set[str]) -> bool:
     """`value` reads a name of the function (`local`), and is no object built (`KVCache(batch_size, ...)`)."""
     if value is None or isinstance(value, ast.Call) and _constructs(value.func):
         return False
-    return any(isinstance(n, ast.Name) and n.id in local for n in ast.walk(value))
+    return any(isinstance(n, _Name) and n.id in local for n in _walk(value))
 
 
-def _state_attrs(chain: list[ClassInfo]) -> frozenset[str]:
+def _state_attrs(chain: list[ClassInfo], cache: dict[int, frozenset[str]], src: Source) -> frozenset[str]:
     """`self.X` attributes that a method other than `__init__` sets to a value computed from its own
     parameters or locals (`self.item_embeddings = self.entity_embedding(item)`), or to a list it
     fills with such values (`self.h_emb_list.append(self.entity_embedding(head))`): state the module
     computes at run time and reads back in its methods, data as a local is. An attribute only ever
     set from other attributes and constants (`self.step += 1`, `self.scale = self.dim ** -0.5`), or
-    to an object built there (`self.kv_cache = KVCache(batch_size, ...)`), is not."""
+    to an object built there (`self.kv_cache = KVCache(batch_size, ...)`), is not. Each method is
+    read once per file (`cache`: id(method) -> its attributes), however many subclasses share it."""
     found: set[str] = set()
     for info in chain:
         for name, fn in info.methods.items():
             if name == "__init__" or not fn.args.args:
                 continue
-            this = fn.args.args[0].arg
-            args = fn.args
-            local = {a.arg for a in (*args.posonlyargs, *args.args[1:], *args.kwonlyargs)}
-            local |= {a.arg for a in (args.vararg, args.kwarg) if a is not None}
-            local |= {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
-            local.discard(this)
-            for node in ast.walk(fn):
-                if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and _computed(node.value, local):
-                    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                    for target in targets:
-                        for item in (target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target]):
-                            if isinstance(item, ast.Attribute) and isinstance(item.value, ast.Name) and item.value.id == this:
-                                found.add(f"self.{item.attr}")
-                elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _COLLECTING \
-                        and isinstance(node.func.value, ast.Attribute) and isinstance(node.func.value.value, ast.Name) \
-                        and node.func.value.value.id == this and any(_computed(a, local) for a in node.args):
-                    found.add(f"self.{node.func.value.attr}")
+            attrs = cache.get(id(fn))
+            if attrs is None:
+                attrs = cache[id(fn)] = _method_state_attrs(fn, src.raw(fn))
+            found |= attrs
     return frozenset(found)
+
+
+def _method_state_attrs(fn: ast.FunctionDef, text: str) -> frozenset[str]:
+    """The `self.X` attributes of `_state_attrs` that one method (its source `text`) sets."""
+    this = fn.args.args[0].arg
+    # most methods set no attribute of `this` and call no `append`: their statements (a small part
+    # of their nodes) and their text tell, without walking every expression
+    if text.isascii() and not any(word in text for word in _COLLECTING) \
+            and not any(_assigns_attr(stmt, this) for stmt in _statements(fn)):
+        return frozenset()
+    args = fn.args
+    nodes = _walk(fn)
+    local = {a.arg for a in (*args.posonlyargs, *args.args[1:], *args.kwonlyargs)}
+    local |= {a.arg for a in (args.vararg, args.kwarg) if a is not None}
+    local |= {n.id for n in nodes if isinstance(n, _Name) and isinstance(n.ctx, ast.Store)}
+    local.discard(this)
+    found: set[str] = set()
+    for node in nodes:
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and _assigns_attr(node, this) \
+                and _computed(node.value, local):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                for item in (target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target]):
+                    if isinstance(item, _Attribute) and isinstance(item.value, _Name) and item.value.id == this:
+                        found.add(f"self.{item.attr}")
+        elif isinstance(node, ast.Call) and isinstance(node.func, _Attribute) and node.func.attr in _COLLECTING \
+                and isinstance(node.func.value, _Attribute) and isinstance(node.func.value.value, _Name) \
+                and node.func.value.value.id == this and any(_computed(a, local) for a in node.args):
+            found.add(f"self.{node.func.value.attr}")
+    return frozenset(found)
+
+
+def _statements(fn: ast.FunctionDef) -> list[ast.AST]:
+    """`fn` and every statement under it (nested functions' and classes' included), with the
+    except handlers and match cases between them: no expression holds a statement."""
+    todo: list[ast.AST] = [fn]
+    for node in todo:  # grows while it is walked
+        for name in node._fields:
+            value = getattr(node, name, None)
+            if isinstance(value, list):
+                for item in value:
+                    if isinstance(item, _BLOCK_ITEMS):
+                        todo.append(item)
+    return todo
+
+
+def _assigns_attr(node: ast.AST, this: str) -> bool:
+    """`node` is an assignment to an attribute of `this` (`this.x = ...`, `this.a, this.b = ...`, `this.n += 1`)."""
+    if isinstance(node, ast.Assign):
+        targets = node.targets
+    elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+        targets = [node.target]
+    else:
+        return False
+    return any(isinstance(item, _Attribute) and isinstance(item.value, _Name) and item.value.id == this
+               for target in targets for item in (target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target]))
 
 
 def _called_self_attrs(node: ast.ClassDef, src: Source) -> set[str]:
@@ -975,7 +1020,7 @@ class _MethodExtractor:
         key = id(self.chain[0].node) if self.chain else 0
         state = self.fx.state_attrs_cache.get(key)
         if state is None:
-            state = self.fx.state_attrs_cache[key] = _state_attrs(self.chain)
+            state = self.fx.state_attrs_cache[key] = _state_attrs(self.chain, self.fx.method_state_attrs, self.src)
         found |= {attr for attr in state if attr not in self.table}
         self.fx.tensor_attrs_cache[id(self.table)] = (self.table, found)
         return found
@@ -2108,6 +2153,7 @@ def _parenthesize(text: str) -> str:
 _Name, _Constant, _Attribute, _Call = ast.Name, ast.Constant, ast.Attribute, ast.Call
 _BinOp, _Subscript, _Tuple, _List = ast.BinOp, ast.Subscript, ast.Tuple, ast.List
 _AST = ast.AST
+_BLOCK_ITEMS = (ast.stmt, ast.excepthandler, ast.match_case)
 _MAY_NAME_A_LAYER = {ast.Name, ast.Attribute, ast.Subscript}  # what `layer_target` can resolve
 # in-place tensor methods read as their out-of-place form where the tensor has no alias
 # (`_MethodExtractor.in_place_fill`): the fill keeps the tensor's dtype either way
