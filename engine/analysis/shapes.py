@@ -1001,7 +1001,8 @@ class ShapeFacts:
         if len(node.inputs) > len(positional) or any(k not in named for k, _ in node.kwargs):
             return None
         operands += [(named[k], v) for k, v in node.kwargs]
-        if any(isinstance(o, Sym) and o.text.startswith("*") for _, o in operands):
+        if any(isinstance(o, Sym) and o.text.startswith("*") or isinstance(o, Var) and (d := self.defs.get(o.name))
+               is not None and d.op == "starred" for _, o in operands):
             return None
         seeds = {p.name: s for p, o in operands if (s := self.shape(o)) is not None}
         inner = ShapeFacts(forward, callee, params=seeds, calls=(*self.calls, node.op))
@@ -1135,8 +1136,9 @@ class ShapeFacts:
             return _sym_sequence(args[0].text)
         if not args or any(isinstance(a, Seq) for a in args):
             return None
-        if any(isinstance(a, Var) and (d := self.defs.get(a.name)) is not None and d.op == "add" for a in args):
-            return None  # `x.view(x.size()[:-1] + (h, d))`: one size argument may be a tuple
+        if any(isinstance(a, Var) and (d := self.defs.get(a.name)) is not None and d.op in ("add", "starred")
+               for a in args):
+            return None  # `x.view(x.size()[:-1] + (h, d))`, `x.view(*x.shape[:2], -1)`: one argument may be several sizes
         if len(args) == 1 and not isinstance(args[0], Const):
             return None  # `.view(shape)` of a size object, or `*shape`
         return args
