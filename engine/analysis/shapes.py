@@ -1124,13 +1124,13 @@ class ShapeFacts:
         if node.op == "torch.reshape" and len(args) == 1:
             pass
         if len(args) == 1 and isinstance(args[0], Seq):
-            return args[0].items
+            return self._one_each(args[0].items)
         if len(args) == 1 and isinstance(args[0], Const) and isinstance(args[0].value, tuple):
             return tuple(Const(v) for v in args[0].value)
         if len(args) == 1 and isinstance(args[0], Var):
             shape = self.defs.get(args[0].name)
             if shape is not None and shape.op == "assign" and shape.inputs and isinstance(shape.inputs[0], Seq):
-                return shape.inputs[0].items  # `shape = (a, b, c)` just before `.view(shape)`
+                return self._one_each(shape.inputs[0].items)  # `shape = (a, b, c)` just before `.view(shape)`
             return None
         if len(args) == 1 and isinstance(args[0], Sym):
             return _sym_sequence(args[0].text)
@@ -1142,6 +1142,12 @@ class ShapeFacts:
         if len(args) == 1 and not isinstance(args[0], Const):
             return None  # `.view(shape)` of a size object, or `*shape`
         return args
+
+    def _one_each(self, items: tuple[Operand, ...]) -> tuple[Operand, ...] | None:
+        """The items of a listed shape, None where one spreads several (`(*x.shape[:2], h, d)`)."""
+        if any(isinstance(a, Var) and (d := self.defs.get(a.name)) is not None and d.op == "starred" for a in items):
+            return None
+        return items
 
     def _permute(self, node: Node) -> Shape | None:
         dims = self._sizes(node)

@@ -1431,6 +1431,11 @@ class _MethodExtractor:
             return False
         i = stars[0]
         spread, item = names[i:i + width], value.items[i]
+        star = next((k for k in range(len(self.nodes) - 1, -1, -1) if self.nodes[k].outputs == (item.name,)), None) \
+            if isinstance(item, Var) else None
+        if star is None or self.nodes[star].op != "starred":
+            return False
+        item = self.nodes.pop(star).inputs[0]  # the value spread: the tuple is not kept
         for sub, other in zip([*names[:i], *names[i + width:]], [*value.items[:i], *value.items[i + 1:]], strict=True):
             self.bind(sub, other, None, scope, guard, at)
         made = next((k for k in range(len(self.nodes) - 1, -1, -1) if self.nodes[k].outputs == (item.name,)), None) \
@@ -1610,8 +1615,7 @@ class _MethodExtractor:
         return _VARS[out[0]]
 
     def sequence_expr(self, e: ast.Tuple | ast.List, scope: _Scope, guard: tuple[Cond, ...]) -> Operand:
-        items = tuple([self.expr(item.value if type(item) is ast.Starred else item, scope, guard)
-                       for item in e.elts])
+        items = tuple([self.expr(item, scope, guard) for item in e.elts])  # `*value`: a `starred` node
         return _seq(items, "list" if type(e) is ast.List else "tuple")
 
     def compare_expr(self, e: ast.Compare, scope: _Scope, guard: tuple[Cond, ...]) -> Operand:

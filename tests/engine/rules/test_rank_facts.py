@@ -398,10 +398,15 @@ def test_a_starred_unpacking_that_proves_no_four_axes_stays_a_near_miss(unpack, 
     assert reason in _near_miss(source)
 
 
-@pytest.mark.parametrize("view", ["x.view(*x.shape[:2], 4, -1)", "x.reshape(*x.shape[:-1], 4, -1)"])
+@pytest.mark.parametrize("view", [
+    "k = x.view(*x.shape[:2], 4, -1)",
+    "k = x.reshape(*x.shape[:-1], 4, -1)",
+    "k = x.view((*x.shape[:2], 4, -1))",
+    "shape = (*x.shape[:2], 4, -1)\n        k = x.view(shape)",  # listed just before
+])
 def test_a_view_whose_sizes_spread_a_shape_has_no_rank_of_its_argument_count(view):
-    """`x.view(*x.shape[:2], 4, -1)` of a 3-D x is 4-D: the starred argument names two sizes, so
+    """`x.view(*x.shape[:2], 4, -1)` of a 3-D x is 4-D: the starred item names two sizes, so
     `transpose(1, 2)` of it is no swap of its last two axes (read as 3-D, it was rewritten)."""
-    source = ANY_RANK.replace("def forward(self, q, k, v):", f"def forward(self, q, x, v):\n        k = {view}").replace(
+    source = ANY_RANK.replace("def forward(self, q, k, v):", f"def forward(self, q, x, v):\n        {view}").replace(
         "k.transpose(2, 3)", "k.transpose(1, 2)")
     assert "not provably a swap of the last two dimensions" in _near_miss(source)
