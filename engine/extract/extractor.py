@@ -1414,7 +1414,12 @@ class _MethodExtractor:
             scope.env[target.id] = name
         elif t is ast.Tuple or t is ast.List:
             names = target.elts
-            if isinstance(value, Seq) and len(value.items) == len(names) and not any(isinstance(n, ast.Starred) for n in names):
+            spread = isinstance(value_expr, (ast.Tuple, ast.List)) and any(isinstance(e, ast.Starred)
+                                                                            for e in value_expr.elts)
+            if spread and isinstance(value, Seq) and self.bind_spread(names, value, value_expr, scope, guard, at):
+                return
+            if isinstance(value, Seq) and len(value.items) == len(names) and not spread \
+                    and not any(isinstance(n, ast.Starred) for n in names):
                 for sub, item in zip(names, value.items, strict=True):
                     self.bind(sub, item, None, scope, guard, at)
                 return
@@ -1430,10 +1435,14 @@ class _MethodExtractor:
                     scope.env[n.id] = out  # type: ignore[attr-defined]
                     scope.layers.pop(n.id, None)  # type: ignore[attr-defined]
                 return
+            star = next((i for i, n in enumerate(names) if isinstance(n, ast.Starred)), len(names))
             for i, sub in enumerate(names):
+                # past a starred name the items are counted from the end; the starred one is a slice
+                index = _const(i) if i < star else _const(i - len(names)) if i > star \
+                    else _sym(f"{i}:{i + 1 - len(names) or ''}")
                 if isinstance(sub, ast.Starred):
                     sub = sub.value
-                picked = self.emit("op", "getitem", (value, _const(i)), (), guard, at)
+                picked = self.emit("op", "getitem", (value, index), (), guard, at)
                 self.bind(sub, _VARS[picked[0]], None, scope, guard, at)
         elif isinstance(target, ast.Attribute):
             owner = _self_attr(target)
@@ -1453,6 +1462,43 @@ class _MethodExtractor:
                 self.emit("store", "store", (value,), (), guard, at, target=self.src.segment(target), outputs=())
         elif isinstance(target, ast.Starred):
             self.bind(target.value, value, value_expr, scope, guard, at)
+
+    def bind_spread(self, names: list[ast.expr], value: Seq, value_expr: ast.Tuple | ast.List, scope: _Scope,
+                    guard: tuple[Cond, ...], at: ast.AST) -> bool:
+        """`b, n, h = *x.shape, self.heads`: the names a tuple with one starred item spreads over,
+        that item's as many as the other names leave; a whole shape spread so is unpacked into them
+        (`x.shape -> b, n`: x's rank is proven, engine/analysis/shapes.py), any other item read by
+        index. False where it is not so (a starred name, several starred items, too few names)."""
+        stars = [i for i, e in enumerate(value_expr.elts) if isinstance(e, ast.Starred)]
+        width = len(names) - len(value.items) + 1
+        if len(stars) != 1 or len(value.items) != len(value_expr.elts) or width < 0 \
+                or any(isinstance(n, ast.Starred) for n in names):
+            return False
+        i = stars[0]
+        spread, item = names[i:i + width], value.items[i]
+        star = next((k for k in range(len(self.nodes) - 1, -1, -1) if self.nodes[k].outputs == (item.name,)), None) \
+            if isinstance(item, Var) else None
+        if star is None or self.nodes[star].op != "starred":
+            return False
+        item = self.nodes.pop(star).inputs[0]  # the value spread: the tuple is not kept
+        for sub, other in zip([*names[:i], *names[i + width:]], [*value.items[:i], *value.items[i + 1:]], strict=True):
+            self.bind(sub, other, None, scope, guard, at)
+        made = next((k for k in range(len(self.nodes) - 1, -1, -1) if self.nodes[k].outputs == (item.name,)), None) \
+            if isinstance(item, Var) and item.name in self.generated else None
+        node = self.nodes[made] if made is not None else None
+        whole = node is not None and node.kind == "op" and (
+            node.op == "getattr" and node.inputs[1:] == (Const("shape"),) or node.op == ".size" and len(node.inputs) == 1)
+        if whole and width and all(isinstance(n, ast.Name) for n in spread):
+            outs = tuple(self.fresh(n.id) for n in spread)  # type: ignore[attr-defined]
+            self.nodes[made] = _with_outputs(node, outs)  # type: ignore[index,arg-type]
+            for n, out in zip(spread, outs, strict=True):
+                scope.env[n.id] = out  # type: ignore[attr-defined]
+                scope.layers.pop(n.id, None)  # type: ignore[attr-defined]
+            return True
+        for j, sub in enumerate(spread):
+            picked = self.emit("op", "getitem", (item, _const(j)), (), guard, at)
+            self.bind(sub, _VARS[picked[0]], None, scope, guard, at)
+        return True
 
     def layer_target(self, expr: Any, scope: _Scope) -> str | None:
         """The layer a callee expression names: `self.query`, `self.layers[i]`, a local alias."""
@@ -1614,8 +1660,7 @@ class _MethodExtractor:
         return _VARS[out[0]]
 
     def sequence_expr(self, e: ast.Tuple | ast.List, scope: _Scope, guard: tuple[Cond, ...]) -> Operand:
-        items = tuple([self.expr(item.value if type(item) is ast.Starred else item, scope, guard)
-                       for item in e.elts])
+        items = tuple([self.expr(item, scope, guard) for item in e.elts])  # `*value`: a `starred` node
         return _seq(items, "list" if type(e) is ast.List else "tuple")
 
     def compare_expr(self, e: ast.Compare, scope: _Scope, guard: tuple[Cond, ...]) -> Operand:
@@ -1631,7 +1676,10 @@ class _MethodExtractor:
         return _VARS[out[0]]
 
     def starred_expr(self, e: ast.Starred, scope: _Scope, guard: tuple[Cond, ...]) -> Operand:
-        return self.expr(e.value, scope, guard)
+        """`*value` among a call's arguments: a node of its own (`starred`), so that no reader of the
+        arguments takes the items it spreads for one (`x.view(*x.shape[:2], -1)` names 3 sizes)."""
+        value = self.expr(e.value, scope, guard)
+        return _VARS[self.emit("op", "starred", (value,), (), guard, e)[0]]
 
     def named_expr(self, e: ast.NamedExpr, scope: _Scope, guard: tuple[Cond, ...]) -> Operand:
         value = self.expr(e.value, scope, guard)
@@ -1817,9 +1865,7 @@ class _MethodExtractor:
                 if ssa is not None:
                     args.append(_VARS[ssa])
                     continue
-            elif ta is ast.Starred:
-                a = a.value
-            args.append(expr(a, scope, guard))
+            args.append(expr(a, scope, guard))  # `*value` too: a `starred` node (`starred_expr`)
         if not e.keywords:
             return tuple(args), ()
         kwargs: list[tuple[str, Operand]] = []
