@@ -123,7 +123,7 @@ def _rewritten(text: str, findings: list[Finding], path: Path, read, style=None,
     `read`: another file of the repository by its path (for configuration classes), or None."""
     from engine.synthesize import apply_findings
 
-    known: dict[str, dict] = {}  # class -> its settings' defaults (engine/synthesize/defaults.py)
+    known: dict[str, list[dict]] = {}  # class -> its settings by default and in each construction (`_never_runs`)
     _never_runs(findings, path, text, known, read)
     if not any(f.status in ("rewritten", "guarded") for f in findings):
         return text
@@ -255,25 +255,30 @@ def _style_for(styles: dict, path: Path):
     return style
 
 
-def _never_runs(findings: list[Finding], path: Path, text: str, known: dict[str, dict], read=None) -> bool:
+def _never_runs(findings: list[Finding], path: Path, text: str, known: dict[str, list[dict]], read=None) -> bool:
     """Report the guarded findings whose guard holds with the class's default settings
-    (engine/synthesize/defaults.py): the kernel would never run; where another match of the same
-    root is rewritable with a guard that does not hold by default (the kernel on the branch the
-    defaults take, `HaloAttn`'s `scale_pos_embed`), the finding reports that one instead. Whether a
-    finding changed."""
+    (engine/synthesize/defaults.py) and in every construction of the class the repository holds
+    (TabTransformer builds pytorch-tabular's attention with `keep_attn=False`): the kernel would
+    never run; where another match of the same root is rewritable with a guard that does not hold
+    so (the kernel on the branch the defaults take, `HaloAttn`'s `scale_pos_embed`), the finding
+    reports that one instead. Whether a finding changed."""
     from engine.match.scope import adopt, fallback
     from engine.synthesize import defaults
+
+    def always(guard: str, cls: str) -> bool:
+        return all(defaults.holds_by_default(guard, settings) for settings in known[cls])
 
     found = False
     for f in findings:
         if f.status != "guarded" or not f.guard_text or "self." not in f.guard_text:
             continue
         if f.cls not in known:
-            known[f.cls] = defaults.settings(path, text, f.cls, read)
-        if defaults.holds_by_default(f.guard_text, known[f.cls]):
+            built = defaults.constructions(repo_package.current(), path.as_posix(), f.cls)
+            known[f.cls] = [defaults.settings(path, text, f.cls, read, passed) for passed in [{}, *built]]
+        if always(f.guard_text, f.cls):
             while (other := fallback(f)) is not None:
                 if other.status == "rewritten" or not (other.guard_text and "self." in other.guard_text
-                                                       and defaults.holds_by_default(other.guard_text, known[f.cls])):
+                                                       and always(other.guard_text, f.cls)):
                     break
             if other is not None:
                 adopt(f, other)
@@ -281,7 +286,7 @@ def _never_runs(findings: list[Finding], path: Path, text: str, known: dict[str,
                 continue
             f.status = "near-miss"
             f.reason = (f"not rewritten: the original is kept when `{f.guard_text}`, which holds with the "
-                        f"default settings ({defaults.default_terms(f.guard_text, known[f.cls])}): "
+                        f"default settings ({defaults.default_terms(f.guard_text, known[f.cls][0])}): "
                         "the kernel would never run")
             found = True
     return found

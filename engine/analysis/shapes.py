@@ -1001,7 +1001,8 @@ class ShapeFacts:
         if len(node.inputs) > len(positional) or any(k not in named for k, _ in node.kwargs):
             return None
         operands += [(named[k], v) for k, v in node.kwargs]
-        if any(isinstance(o, Sym) and o.text.startswith("*") for _, o in operands):
+        if any(isinstance(o, Sym) and o.text.startswith("*") or isinstance(o, Var) and (d := self.defs.get(o.name))
+               is not None and d.op == "starred" for _, o in operands):
             return None
         seeds = {p.name: s for p, o in operands if (s := self.shape(o)) is not None}
         inner = ShapeFacts(forward, callee, params=seeds, calls=(*self.calls, node.op))
@@ -1123,23 +1124,30 @@ class ShapeFacts:
         if node.op == "torch.reshape" and len(args) == 1:
             pass
         if len(args) == 1 and isinstance(args[0], Seq):
-            return args[0].items
+            return self._one_each(args[0].items)
         if len(args) == 1 and isinstance(args[0], Const) and isinstance(args[0].value, tuple):
             return tuple(Const(v) for v in args[0].value)
         if len(args) == 1 and isinstance(args[0], Var):
             shape = self.defs.get(args[0].name)
             if shape is not None and shape.op == "assign" and shape.inputs and isinstance(shape.inputs[0], Seq):
-                return shape.inputs[0].items  # `shape = (a, b, c)` just before `.view(shape)`
+                return self._one_each(shape.inputs[0].items)  # `shape = (a, b, c)` just before `.view(shape)`
             return None
         if len(args) == 1 and isinstance(args[0], Sym):
             return _sym_sequence(args[0].text)
         if not args or any(isinstance(a, Seq) for a in args):
             return None
-        if any(isinstance(a, Var) and (d := self.defs.get(a.name)) is not None and d.op == "add" for a in args):
-            return None  # `x.view(x.size()[:-1] + (h, d))`: one size argument may be a tuple
+        if any(isinstance(a, Var) and (d := self.defs.get(a.name)) is not None and d.op in ("add", "starred")
+               for a in args):
+            return None  # `x.view(x.size()[:-1] + (h, d))`, `x.view(*x.shape[:2], -1)`: one argument may be several sizes
         if len(args) == 1 and not isinstance(args[0], Const):
             return None  # `.view(shape)` of a size object, or `*shape`
         return args
+
+    def _one_each(self, items: tuple[Operand, ...]) -> tuple[Operand, ...] | None:
+        """The items of a listed shape, None where one spreads several (`(*x.shape[:2], h, d)`)."""
+        if any(isinstance(a, Var) and (d := self.defs.get(a.name)) is not None and d.op == "starred" for a in items):
+            return None
+        return items
 
     def _permute(self, node: Node) -> Shape | None:
         dims = self._sizes(node)

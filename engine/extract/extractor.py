@@ -401,6 +401,7 @@ class _FileExtractor:
         self._init_layers: dict[int, tuple[LayerDef, ...]] = {}  # id(__init__) -> its layers (the tree outlives this)
         self.tensor_attrs_cache: dict[int, tuple[dict[str, list[LayerDef]], frozenset[str]]] = {}
         self.state_attrs_cache: dict[int, frozenset[str]] = {}  # id(class node) -> `_state_attrs` of its chain
+        self.method_state_attrs: dict[int, frozenset[str]] = {}  # id(method) -> the state attributes it sets
         self._stateless_forwards: dict[str, list[ClassInfo]] = {}  # class -> stateless_forward's owners
         for stmt in tree.body:
             if isinstance(stmt, ast.FunctionDef):
@@ -598,39 +599,83 @@ def _computed(value: ast.AST | None, local: set[str]) -> bool:
     """`value` reads a name of the function (`local`), and is no object built (`KVCache(batch_size, ...)`)."""
     if value is None or isinstance(value, ast.Call) and _constructs(value.func):
         return False
-    return any(isinstance(n, ast.Name) and n.id in local for n in ast.walk(value))
+    return any(isinstance(n, _Name) and n.id in local for n in _walk(value))
 
 
-def _state_attrs(chain: list[ClassInfo]) -> frozenset[str]:
+def _state_attrs(chain: list[ClassInfo], cache: dict[int, frozenset[str]], src: Source) -> frozenset[str]:
     """`self.X` attributes that a method other than `__init__` sets to a value computed from its own
     parameters or locals (`self.item_embeddings = self.entity_embedding(item)`), or to a list it
     fills with such values (`self.h_emb_list.append(self.entity_embedding(head))`): state the module
     computes at run time and reads back in its methods, data as a local is. An attribute only ever
     set from other attributes and constants (`self.step += 1`, `self.scale = self.dim ** -0.5`), or
-    to an object built there (`self.kv_cache = KVCache(batch_size, ...)`), is not."""
+    to an object built there (`self.kv_cache = KVCache(batch_size, ...)`), is not. Each method is
+    read once per file (`cache`: id(method) -> its attributes), however many subclasses share it."""
     found: set[str] = set()
     for info in chain:
         for name, fn in info.methods.items():
             if name == "__init__" or not fn.args.args:
                 continue
-            this = fn.args.args[0].arg
-            args = fn.args
-            local = {a.arg for a in (*args.posonlyargs, *args.args[1:], *args.kwonlyargs)}
-            local |= {a.arg for a in (args.vararg, args.kwarg) if a is not None}
-            local |= {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
-            local.discard(this)
-            for node in ast.walk(fn):
-                if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and _computed(node.value, local):
-                    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                    for target in targets:
-                        for item in (target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target]):
-                            if isinstance(item, ast.Attribute) and isinstance(item.value, ast.Name) and item.value.id == this:
-                                found.add(f"self.{item.attr}")
-                elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _COLLECTING \
-                        and isinstance(node.func.value, ast.Attribute) and isinstance(node.func.value.value, ast.Name) \
-                        and node.func.value.value.id == this and any(_computed(a, local) for a in node.args):
-                    found.add(f"self.{node.func.value.attr}")
+            attrs = cache.get(id(fn))
+            if attrs is None:
+                attrs = cache[id(fn)] = _method_state_attrs(fn, src.raw(fn))
+            found |= attrs
     return frozenset(found)
+
+
+def _method_state_attrs(fn: ast.FunctionDef, text: str) -> frozenset[str]:
+    """The `self.X` attributes of `_state_attrs` that one method (its source `text`) sets."""
+    this = fn.args.args[0].arg
+    # most methods set no attribute of `this` and call no `append`: their statements (a small part
+    # of their nodes) and their text tell, without walking every expression
+    if text.isascii() and not any(word in text for word in _COLLECTING) \
+            and not any(_assigns_attr(stmt, this) for stmt in _statements(fn)):
+        return frozenset()
+    args = fn.args
+    nodes = _walk(fn)
+    local = {a.arg for a in (*args.posonlyargs, *args.args[1:], *args.kwonlyargs)}
+    local |= {a.arg for a in (args.vararg, args.kwarg) if a is not None}
+    local |= {n.id for n in nodes if isinstance(n, _Name) and isinstance(n.ctx, ast.Store)}
+    local.discard(this)
+    found: set[str] = set()
+    for node in nodes:
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and _assigns_attr(node, this) \
+                and _computed(node.value, local):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                for item in (target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target]):
+                    if isinstance(item, _Attribute) and isinstance(item.value, _Name) and item.value.id == this:
+                        found.add(f"self.{item.attr}")
+        elif isinstance(node, ast.Call) and isinstance(node.func, _Attribute) and node.func.attr in _COLLECTING \
+                and isinstance(node.func.value, _Attribute) and isinstance(node.func.value.value, _Name) \
+                and node.func.value.value.id == this and any(_computed(a, local) for a in node.args):
+            found.add(f"self.{node.func.value.attr}")
+    return frozenset(found)
+
+
+def _statements(fn: ast.FunctionDef) -> list[ast.AST]:
+    """`fn` and every statement under it (nested functions' and classes' included), with the
+    except handlers and match cases between them: no expression holds a statement."""
+    todo: list[ast.AST] = [fn]
+    for node in todo:  # grows while it is walked
+        for name in node._fields:
+            value = getattr(node, name, None)
+            if isinstance(value, list):
+                for item in value:
+                    if isinstance(item, _BLOCK_ITEMS):
+                        todo.append(item)
+    return todo
+
+
+def _assigns_attr(node: ast.AST, this: str) -> bool:
+    """`node` is an assignment to an attribute of `this` (`this.x = ...`, `this.a, this.b = ...`, `this.n += 1`)."""
+    if isinstance(node, ast.Assign):
+        targets = node.targets
+    elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+        targets = [node.target]
+    else:
+        return False
+    return any(isinstance(item, _Attribute) and isinstance(item.value, _Name) and item.value.id == this
+               for target in targets for item in (target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target]))
 
 
 def _called_self_attrs(node: ast.ClassDef, src: Source) -> set[str]:
@@ -975,7 +1020,7 @@ class _MethodExtractor:
         key = id(self.chain[0].node) if self.chain else 0
         state = self.fx.state_attrs_cache.get(key)
         if state is None:
-            state = self.fx.state_attrs_cache[key] = _state_attrs(self.chain)
+            state = self.fx.state_attrs_cache[key] = _state_attrs(self.chain, self.fx.method_state_attrs, self.src)
         found |= {attr for attr in state if attr not in self.table}
         self.fx.tensor_attrs_cache[id(self.table)] = (self.table, found)
         return found
@@ -1369,7 +1414,12 @@ class _MethodExtractor:
             scope.env[target.id] = name
         elif t is ast.Tuple or t is ast.List:
             names = target.elts
-            if isinstance(value, Seq) and len(value.items) == len(names) and not any(isinstance(n, ast.Starred) for n in names):
+            spread = isinstance(value_expr, (ast.Tuple, ast.List)) and any(isinstance(e, ast.Starred)
+                                                                            for e in value_expr.elts)
+            if spread and isinstance(value, Seq) and self.bind_spread(names, value, value_expr, scope, guard, at):
+                return
+            if isinstance(value, Seq) and len(value.items) == len(names) and not spread \
+                    and not any(isinstance(n, ast.Starred) for n in names):
                 for sub, item in zip(names, value.items, strict=True):
                     self.bind(sub, item, None, scope, guard, at)
                 return
@@ -1385,10 +1435,14 @@ class _MethodExtractor:
                     scope.env[n.id] = out  # type: ignore[attr-defined]
                     scope.layers.pop(n.id, None)  # type: ignore[attr-defined]
                 return
+            star = next((i for i, n in enumerate(names) if isinstance(n, ast.Starred)), len(names))
             for i, sub in enumerate(names):
+                # past a starred name the items are counted from the end; the starred one is a slice
+                index = _const(i) if i < star else _const(i - len(names)) if i > star \
+                    else _sym(f"{i}:{i + 1 - len(names) or ''}")
                 if isinstance(sub, ast.Starred):
                     sub = sub.value
-                picked = self.emit("op", "getitem", (value, _const(i)), (), guard, at)
+                picked = self.emit("op", "getitem", (value, index), (), guard, at)
                 self.bind(sub, _VARS[picked[0]], None, scope, guard, at)
         elif isinstance(target, ast.Attribute):
             owner = _self_attr(target)
@@ -1408,6 +1462,43 @@ class _MethodExtractor:
                 self.emit("store", "store", (value,), (), guard, at, target=self.src.segment(target), outputs=())
         elif isinstance(target, ast.Starred):
             self.bind(target.value, value, value_expr, scope, guard, at)
+
+    def bind_spread(self, names: list[ast.expr], value: Seq, value_expr: ast.Tuple | ast.List, scope: _Scope,
+                    guard: tuple[Cond, ...], at: ast.AST) -> bool:
+        """`b, n, h = *x.shape, self.heads`: the names a tuple with one starred item spreads over,
+        that item's as many as the other names leave; a whole shape spread so is unpacked into them
+        (`x.shape -> b, n`: x's rank is proven, engine/analysis/shapes.py), any other item read by
+        index. False where it is not so (a starred name, several starred items, too few names)."""
+        stars = [i for i, e in enumerate(value_expr.elts) if isinstance(e, ast.Starred)]
+        width = len(names) - len(value.items) + 1
+        if len(stars) != 1 or len(value.items) != len(value_expr.elts) or width < 0 \
+                or any(isinstance(n, ast.Starred) for n in names):
+            return False
+        i = stars[0]
+        spread, item = names[i:i + width], value.items[i]
+        star = next((k for k in range(len(self.nodes) - 1, -1, -1) if self.nodes[k].outputs == (item.name,)), None) \
+            if isinstance(item, Var) else None
+        if star is None or self.nodes[star].op != "starred":
+            return False
+        item = self.nodes.pop(star).inputs[0]  # the value spread: the tuple is not kept
+        for sub, other in zip([*names[:i], *names[i + width:]], [*value.items[:i], *value.items[i + 1:]], strict=True):
+            self.bind(sub, other, None, scope, guard, at)
+        made = next((k for k in range(len(self.nodes) - 1, -1, -1) if self.nodes[k].outputs == (item.name,)), None) \
+            if isinstance(item, Var) and item.name in self.generated else None
+        node = self.nodes[made] if made is not None else None
+        whole = node is not None and node.kind == "op" and (
+            node.op == "getattr" and node.inputs[1:] == (Const("shape"),) or node.op == ".size" and len(node.inputs) == 1)
+        if whole and width and all(isinstance(n, ast.Name) for n in spread):
+            outs = tuple(self.fresh(n.id) for n in spread)  # type: ignore[attr-defined]
+            self.nodes[made] = _with_outputs(node, outs)  # type: ignore[index,arg-type]
+            for n, out in zip(spread, outs, strict=True):
+                scope.env[n.id] = out  # type: ignore[attr-defined]
+                scope.layers.pop(n.id, None)  # type: ignore[attr-defined]
+            return True
+        for j, sub in enumerate(spread):
+            picked = self.emit("op", "getitem", (item, _const(j)), (), guard, at)
+            self.bind(sub, _VARS[picked[0]], None, scope, guard, at)
+        return True
 
     def layer_target(self, expr: Any, scope: _Scope) -> str | None:
         """The layer a callee expression names: `self.query`, `self.layers[i]`, a local alias."""
@@ -1569,8 +1660,7 @@ class _MethodExtractor:
         return _VARS[out[0]]
 
     def sequence_expr(self, e: ast.Tuple | ast.List, scope: _Scope, guard: tuple[Cond, ...]) -> Operand:
-        items = tuple([self.expr(item.value if type(item) is ast.Starred else item, scope, guard)
-                       for item in e.elts])
+        items = tuple([self.expr(item, scope, guard) for item in e.elts])  # `*value`: a `starred` node
         return _seq(items, "list" if type(e) is ast.List else "tuple")
 
     def compare_expr(self, e: ast.Compare, scope: _Scope, guard: tuple[Cond, ...]) -> Operand:
@@ -1586,7 +1676,10 @@ class _MethodExtractor:
         return _VARS[out[0]]
 
     def starred_expr(self, e: ast.Starred, scope: _Scope, guard: tuple[Cond, ...]) -> Operand:
-        return self.expr(e.value, scope, guard)
+        """`*value` among a call's arguments: a node of its own (`starred`), so that no reader of the
+        arguments takes the items it spreads for one (`x.view(*x.shape[:2], -1)` names 3 sizes)."""
+        value = self.expr(e.value, scope, guard)
+        return _VARS[self.emit("op", "starred", (value,), (), guard, e)[0]]
 
     def named_expr(self, e: ast.NamedExpr, scope: _Scope, guard: tuple[Cond, ...]) -> Operand:
         value = self.expr(e.value, scope, guard)
@@ -1772,9 +1865,7 @@ class _MethodExtractor:
                 if ssa is not None:
                     args.append(_VARS[ssa])
                     continue
-            elif ta is ast.Starred:
-                a = a.value
-            args.append(expr(a, scope, guard))
+            args.append(expr(a, scope, guard))  # `*value` too: a `starred` node (`starred_expr`)
         if not e.keywords:
             return tuple(args), ()
         kwargs: list[tuple[str, Operand]] = []
@@ -2108,6 +2199,7 @@ def _parenthesize(text: str) -> str:
 _Name, _Constant, _Attribute, _Call = ast.Name, ast.Constant, ast.Attribute, ast.Call
 _BinOp, _Subscript, _Tuple, _List = ast.BinOp, ast.Subscript, ast.Tuple, ast.List
 _AST = ast.AST
+_BLOCK_ITEMS = (ast.stmt, ast.excepthandler, ast.match_case)
 _MAY_NAME_A_LAYER = {ast.Name, ast.Attribute, ast.Subscript}  # what `layer_target` can resolve
 # in-place tensor methods read as their out-of-place form where the tensor has no alias
 # (`_MethodExtractor.in_place_fill`): the fill keeps the tensor's dtype either way

@@ -1529,12 +1529,15 @@ def _params_read_before(name: str, group: Node, ix: MethodIndex) -> bool:
 CHECKS["fused_where_params_live"] = _fused_where_params_live
 
 
-def _view_sizes(node) -> tuple | None:
-    """The sizes a `.view`/`.reshape` call names, one operand each (None for `view(shape)`)."""
+def _view_sizes(node, defs) -> tuple | None:
+    """The sizes a `.view`/`.reshape` call names, one operand each (None for `view(shape)`, or where
+    an argument spreads several, `*x.shape[:2]`: `defs` gives the node of each value)."""
     sizes = node.inputs[1:]
     if len(sizes) == 1 and isinstance(sizes[0], Seq):
         sizes = sizes[0].items
-    if not sizes or any(isinstance(s, Seq) or (isinstance(s, Sym) and s.text.startswith("*")) for s in sizes):
+    if not sizes or any(isinstance(s, Seq) or (isinstance(s, Sym) and s.text.startswith("*"))
+                        or isinstance(s, Var) and (d := defs.get(s.name)) is not None and d.op == "starred"
+                        for s in sizes):
         return None
     return tuple(sizes)
 
@@ -1609,7 +1612,7 @@ def _mask_view_round_trip(match: Match, ix: MethodIndex) -> str | None:
 
 
 def _round_trip_problem(match: Match, ix: MethodIndex, split: Node, merge: Node, inner: str) -> str | None:
-    outer, back = _view_sizes(split), _view_sizes(merge)
+    outer, back = _view_sizes(split, ix.defs), _view_sizes(merge, ix.defs)
     if outer is None or back is None:
         return "the scores' views do not name their sizes"
     products = [match.nodes.get(k) for k in ("s0", "out")]

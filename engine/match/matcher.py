@@ -62,6 +62,9 @@ VIEW_KEY = "~view:"
 # methods whose result holds their tensor's values in its shape, dtype and device (a copy, or the
 # tensor itself): the match passes through them as through an identity cast (`_Matcher.producers`)
 _SAME_VALUES = {".contiguous", ".clone"}
+# the ops of a node that `_Matcher.producers` may read as another (a cast, a copy, the views of
+# `MethodIndex`: keepdim_view, max_view, product_view, transposed_view)
+_SEEN_THROUGH = frozenset({*CASTS, *_SAME_VALUES, ".unsqueeze", "torch.unsqueeze", "getitem", ".squeeze", "transpose"})
 # ops whose result is a tensor made from their first operand, a tensor (a method that None lacks, an
 # operator that None does not take): a test of such a value against None is decided
 _TENSOR_RESULTS = {".contiguous", ".clone", ".permute", ".transpose", "transpose", ".view", ".reshape", ".unsqueeze",
@@ -274,6 +277,7 @@ _IDENTIFIER = re.compile(r"(?<![\w.])[A-Za-z_]\w*")
 _CONSTANT_WORDS = frozenset({"None", "True", "False", "is", "not", "and", "or"})
 
 
+@lru_cache(maxsize=4096)  # the same texts come back for every rule and every pattern
 def constant_truth(text: str) -> bool | None:
     """The value of a condition made of constants only (`None is not None`: a helper's test of a
     parameter its caller left at its default), else None."""
@@ -782,6 +786,10 @@ def _layer_types_of(op: str) -> tuple[str, ...]:
 
 
 class _State:
+    """What a partial match has decided. A state handed on (an argument, a yielded state) is never
+    changed: a step that decides more changes a copy (`copy`, or `shared` with a fresh copy of the
+    containers it changes), so states that differ in little share the rest."""
+
     __slots__ = ("bindings", "nodes", "conds", "skipped", "relaxed", "used")
 
     def __init__(self) -> None:
@@ -801,6 +809,24 @@ class _State:
         other.skipped = self.skipped
         other.relaxed = self.relaxed
         other.used = self.used.copy()
+        return other
+
+    def claiming(self) -> _State:
+        """A copy that may take more nodes (its own `nodes` and `used`; the rest shared)."""
+        other = self.shared()
+        other.nodes = self.nodes.copy()
+        other.used = self.used.copy()
+        return other
+
+    def shared(self) -> _State:
+        """A state holding the very containers of this one (to be replaced, not changed, where it differs)."""
+        other = _new_state(_State)
+        other.bindings = self.bindings
+        other.nodes = self.nodes
+        other.conds = self.conds
+        other.skipped = self.skipped
+        other.relaxed = self.relaxed
+        other.used = self.used
         return other
 
 
@@ -1022,11 +1048,11 @@ class _Matcher:
         if entry is None:
             have = state.bindings.get(var)
             if have is None:
-                s = state.copy()
-                s.bindings[var] = operand
+                s = state.shared()
+                s.bindings = {**state.bindings, var: operand}
                 yield s
             elif self.bind_free(state, var, operand):  # bound already: only compared, nothing changes
-                yield state.copy()
+                yield state
             return
         index, stmt = entry
         key = _stmt_key(stmt, index)
@@ -1042,7 +1068,7 @@ class _Matcher:
             yield from self.match_stmt(index, stmt, producer, s)
         if stmt.optional:
             # the optional statement is absent: its output is its first data input
-            s = state.copy()
+            s = state.shared()
             s.skipped += (_stmt_key(stmt, index),)
             first = stmt.data_args[0]
             yield from self.resolve(first, operand, s)
@@ -1061,16 +1087,18 @@ class _Matcher:
             depth += 1
         if node is None:
             return ()
+        if node.kind == "op" and node.op not in _SEEN_THROUGH:
+            return ((node, state),)  # most nodes: none of the readings below applies
         if node.kind == "op" and node.op in CASTS and id(node) not in state.used and self.ix.shapes.identity_cast(node):
             # a cast to the dtype the value has already (`rsqrt(var + eps).type(x.dtype)` of x's own
             # statistics) is the value itself: it goes with the match
-            s = state.copy()
+            s = state.claiming()
             s.nodes[f"{CAST_KEY}{node.outputs[0]}"] = node
             s.used.add(id(node))
             return self.producers(node.inputs[0], s)
         if node.kind == "op" and node.op in _SAME_VALUES and len(node.inputs) == 1 and id(node) not in state.used:
             # `s.contiguous()`, `s.clone()`: the same values in the same shape, dtype and device
-            s = state.copy()
+            s = state.claiming()
             s.nodes[f"{CAST_KEY}{node.outputs[0]}"] = node
             s.used.add(id(node))
             return self.producers(node.inputs[0], s)
@@ -1078,7 +1106,7 @@ class _Matcher:
         kept = self.ix.keepdim_view(node) or self.ix.max_view(node)
         if kept is not None and not {id(n) for n in self.ix.stands_for[id(kept)]} & state.used:
             # `mean(v, dim=d).unsqueeze(d)` is `mean(v, dim=d, keepdim=True)`
-            s = state.copy()
+            s = state.claiming()
             for real in self.ix.stands_for[id(kept)]:
                 s.nodes[f"{VIEW_KEY}{real.outputs[0]}"] = real
                 s.used.add(id(real))
@@ -1088,7 +1116,7 @@ class _Matcher:
         if product is not None and not {id(n) for n in self.ix.stands_for[id(product)]} & state.used:
             # `(k @ u.unsqueeze(-1)).squeeze(-1)` is `(u.unsqueeze(-2) @ k.transpose(-2, -1)).squeeze(-2)`;
             # `softmax(k @ qt, dim=-2).transpose(-2, -1)` is `softmax(qt.transpose(-2, -1) @ k.transpose(-2, -1))`
-            s = state.copy()
+            s = state.claiming()
             for real in self.ix.stands_for[id(product)]:
                 s.nodes[f"{VIEW_KEY}{real.outputs[0]}"] = real
                 s.used.add(id(real))
@@ -1103,10 +1131,10 @@ class _Matcher:
                     taken = position == 0
                     if state.conds.get(cid, taken) != taken or not self.ix.possible(((cid, taken),)):
                         continue  # the state took the other branch, or the code never takes this one
-                    s = state.copy()
-                    s.conds[cid] = taken
+                    s = state.shared()
+                    s.conds = {**state.conds, cid: taken}
                 else:
-                    s = state.copy()
+                    s = state
                 out.extend(self.producers(branch, s))
             return out
         if found:
@@ -1291,10 +1319,12 @@ def match_pattern(rule: Rule, pattern: Pattern, index: MethodIndex, relaxed: boo
                 if any(first_key in state.skipped and any(k in state.nodes for k in later)
                        for first_key, later in introduced):
                     continue  # a free variable bound only by a later reader: the value it names is absent
+                # the match's own containers: states share theirs, and constraints change a match's bindings
+                nodes = state.nodes.copy()
                 for real in index.stands_for.get(id(node), ()):
-                    state.nodes[f"{VIEW_KEY}{real.outputs[0]}"] = real
-                out.append(Match(rule, index.file, index.cls, index.method, node, state.nodes, state.bindings,
-                                 state.conds, index.cond_text, state.skipped, state.relaxed, pattern))
+                    nodes[f"{VIEW_KEY}{real.outputs[0]}"] = real
+                out.append(Match(rule, index.file, index.cls, index.method, node, nodes, state.bindings.copy(),
+                                 state.conds.copy(), index.cond_text, state.skipped, state.relaxed, pattern))
                 if extra and not state.relaxed:
                     break  # one exact completion per root is enough
     return out

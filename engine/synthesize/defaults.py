@@ -18,6 +18,8 @@ import ast
 from collections.abc import Callable
 from pathlib import Path
 
+from engine.extract.imports import name_chain
+
 _UNKNOWN = object()
 
 
@@ -75,10 +77,13 @@ def _config_defaults(path: Path, tree: ast.Module, annotation: ast.expr | None,
 
 
 def settings(path: Path, text: str, class_name: str,
-             read: Callable[[Path], str | None] | None = None) -> dict[str, object]:
+             read: Callable[[Path], str | None] | None = None,
+             passed: dict[str, object] | None = None) -> dict[str, object]:
     """`self.<name>` -> its value under the defaults, for the settings `__init__` fixes. `read`
     gives the text of another file of the repository (a path as `path` is named), None where it
-    is not one or cannot be read: without it no configuration class of another file is read."""
+    is not one or cannot be read: without it no configuration class of another file is read.
+    `passed`: the arguments of one construction of the class (`constructions`), which replace
+    their parameters' defaults."""
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError, MemoryError, RecursionError):
@@ -87,7 +92,7 @@ def settings(path: Path, text: str, class_name: str,
     init = _init(cls) if cls is not None else None
     if init is None:
         return {}
-    params = _param_defaults(init)
+    params = {**_param_defaults(init), **(passed or {})}
     annotations = {a.arg: a.annotation for a in init.args.args}
     if "config" in annotations and annotations["config"] is None:
         # an unannotated `config`: the one configuration class the file imports (transformers'
@@ -169,3 +174,80 @@ def default_terms(guard: str, known: dict[str, object]) -> str:
     names = sorted({n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
                     and n.value.id == "self" and n.attr in known})
     return ", ".join(f"{name}={known[name]!r}" for name in names)
+
+
+MAX_FORWARDS = 3  # constructors followed back through their own parameters (`keep_attn=keep_attn`)
+
+
+def constructions(package, rel: str, class_name: str, depth: int = 0) -> list[dict[str, object]]:
+    """The arguments of each construction of the class `class_name` of the file `rel` that the
+    files of the repository `package` (engine/extract/package.py) hold: `__init__`'s parameter ->
+    the constant passed, `_UNKNOWN` where it is not a constant. An argument that is a parameter of
+    the constructing class's own `__init__` (`keep_attn=keep_attn`) is the value that parameter has
+    by default and in each construction of that class, where they all agree. A construction
+    spreading `*args` or `**kwargs` passes every parameter an unknown value."""
+    found = package.source(rel) if package is not None else None
+    cls = _class(found[1], class_name) if found is not None else None
+    init = _init(cls) if cls is not None else None
+    if init is None:
+        return []
+    names = [a.arg for a in init.args.posonlyargs + init.args.args][1:]  # after `self`
+    everything = [*names, *(a.arg for a in init.args.kwonlyargs)]
+    out: list[dict[str, object]] = []
+    for other in sorted(package.files):
+        if not package.mentions(other, [class_name]) or (source := package.source(other)) is None:
+            continue
+        for call, owner in _calls(source[1]):
+            if not _constructs(package, other, source[1], call.func, rel, class_name):
+                continue
+            if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+                out.append(dict.fromkeys(everything, _UNKNOWN))
+                continue
+            given = [*zip(names, call.args, strict=False), *((k.arg, k.value) for k in call.keywords)]
+            out.append({name: _argument(value, package, other, owner, depth) for name, value in given})
+    return out
+
+
+def _constructs(package, other: str, tree: ast.Module, func: ast.expr, rel: str, class_name: str) -> bool:
+    """Whether `func`, called in the file `other` (parsed as `tree`), may be the class: it resolves
+    to it, or it is a name of that spelling that does not resolve but is imported from the
+    repository (a relative import, or one from its top package: a module the scan did not read)."""
+    where = package.lookup(other, func.id, 0) if isinstance(func, ast.Name) else package.resolve(other, tree, func)
+    if where is not None or (chain := name_chain(func)) is None or chain[-1] != class_name:
+        return where == (rel, class_name)
+    binding = package.binding(tree, chain[0])
+    if isinstance(binding, ast.ImportFrom):
+        return binding.level > 0 or (binding.module or "").partition(".")[0] == rel.partition("/")[0]
+    return isinstance(binding, ast.Import) and len(chain) > 1 and chain[0] == rel.partition("/")[0]
+
+
+def _calls(tree: ast.Module):
+    """Each call of the module, with the top-level class whose `__init__` makes it (else None)."""
+    for node in tree.body:
+        init = _init(node) if isinstance(node, ast.ClassDef) else None
+        inside = {id(n) for n in ast.walk(init)} if init is not None else set()
+        for n in ast.walk(node):
+            if isinstance(n, ast.Call):
+                yield n, node if id(n) in inside else None
+
+
+def _argument(value: ast.expr, package, rel: str, owner: ast.ClassDef | None, depth: int) -> object:
+    """The value a construction passes: a constant, or a parameter of `owner`'s `__init__` (the
+    class that constructs) never assigned there, whose values by default and in `owner`'s own
+    constructions agree."""
+    constant = _constant(value)
+    if constant is not _UNKNOWN or owner is None or not isinstance(value, ast.Name) or depth >= MAX_FORWARDS:
+        return constant
+    init = _init(owner)
+    params = _param_defaults(init)
+    if value.id not in params or value.id == "self" or any(
+            isinstance(n, ast.Name) and n.id == value.id and not isinstance(n.ctx, ast.Load)
+            or isinstance(n, ast.arg) and n.arg == value.id and n not in init.args.posonlyargs + init.args.args + init.args.kwonlyargs
+            for n in ast.walk(init)):
+        return _UNKNOWN  # not the parameter, or rebound in `__init__` (or by a function inside it)
+    values = [params[value.id], *(c.get(value.id, params[value.id])
+                                  for c in constructions(package, rel, owner.name, depth + 1))]
+    first = values[0]
+    if first is _UNKNOWN or any(v is _UNKNOWN or type(v) is not type(first) or v != first for v in values):
+        return _UNKNOWN
+    return first

@@ -303,6 +303,8 @@ def lookup(match: Match, base: Callable[[str], str | None],
             # is cast up for it and the result back (`upcast_result`)
             q = base("q")
             return f"{_atom(text)}.to({_atom(q)}.dtype)" if q is not None else None
+        if name == "q" and _negated(match):
+            text = f"{_atom(text)}.neg()"
         if name == "q" and _one_row(match, "s0"):
             # a single query gets its query axis (constraint `one_row_products`): a column its row
             column = match.nodes["s0"].target == ONE_ROW_OF_COLUMN
@@ -441,6 +443,15 @@ def _relaid(match: Match, base: Callable[[str], str | None]) -> Callable[[str], 
         return _atom(text) + moved if text is not None and moved else text
 
     return lookup
+
+
+def _negated(match: Match) -> bool:
+    """Whether the scores' row maximum is subtracted from them the other way round (DANet's channel
+    attention, `energy.max(-1, keepdim=True)[0].expand_as(energy) - energy`): the softmax is
+    invariant to that per-row constant (constraint `row_max_over_key_axis`), so what it takes is the
+    negated product, `-q @ k^T`, and the kernel gets the query negated."""
+    sub = match.nodes.get("s0m")
+    return sub is not None and sub.inputs[1] == match.bindings.get("s0p", match.bindings.get("s0"))
 
 
 def sequence_axis(match: Match, name: str) -> tuple[Operand, int] | None:

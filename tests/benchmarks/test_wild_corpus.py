@@ -63,6 +63,14 @@ the product runs, a query reshaped to a column, a module's state computed at run
 out key-major and transposed back): parlai's memory hop, stanza's tree stack and recbole's RippleNet
 (both addressings) are found: wild3 TP 70 FN 8, wild4 TP 19 FN 3, wild5 TP 9 FN 12, all FP 0.
 
+On 2026-12-05 a guard holding by default is taken to never run only where every construction of the
+class the scanned files hold keeps it holding (TabTransformer builds pytorch-tabular's attention with
+keep_attn=False through TransformerEncoderBlock's own parameter): wild7 TP 17 FN 9, all 286/0/29.
+Then the row maximum minus the scores read as the negated scores (mmsegmentation's DANet channel
+attention, the kernel given the query negated): wild7 TP 18 FN 8, all 287/0/28. A read of the
+parameters that a new assignment of the name follows before the optimizer never sees what it reads
+(audiolm's get_optimizer, both calls): wild7 TP 20 FN 6, all 289/0/26 (R 0.917).
+
 No look-alike is rewritten. Raise the figures when the engine improves; never lower them to
 let a change through. Every rewritten file must also compile and be left alone by a second scan."""
 
@@ -125,7 +133,7 @@ def test_precision_and_recall_against_the_labels(scanned, labels):
     wild6 = W.score(W.set_labels(labels, "wild6"), W.set_sites(every_site, "wild6"))
     _at_least(wild6, 33, 0, 3, 1.0, 0.91, "wild6")
     wild7 = W.score(W.set_labels(labels, "wild7"), W.set_sites(every_site, "wild7"))
-    _at_least(wild7, 16, 0, 10, 1.0, 0.61, "wild7")
+    _at_least(wild7, 20, 0, 6, 1.0, 0.76, "wild7")
     labels = W.set_labels(labels, "wild1") + W.set_labels(labels, "wild2")
     sites = W.set_sites(every_site, "wild1") + W.set_sites(every_site, "wild2")
     _at_least(W.score(labels, sites), 131, 0, 1, 1.0, 0.99, "all")

@@ -365,3 +365,48 @@ def test_a_key_reshaped_in_place_after_its_unpacking_is_a_near_miss():
     )
     line = _line(source, "k.unsqueeze_(0)")
     assert _near_miss(source).endswith(f": the rank of `k` is not proven past `.unsqueeze_(...)` at line {line}")
+
+
+@pytest.mark.parametrize("unpack", [
+    "b, h, n, d, device = *k.shape, k.device",
+    "device, b, h, n, d, dtype = (k.device, *k.shape, k.dtype)",
+    "b, h, n, d = *k.size(), ",
+])
+def test_a_key_shape_spread_among_other_items_into_four_names_is_4d(unpack):
+    """The starred shape takes as many names as the other items leave: four, so the key is 4-D."""
+    source = ANY_RANK.replace("def forward(self, q, k, v):", "def forward(self, q, k, v):\n        " + unpack)
+    findings, new = _rewrite(source)
+    assert [f.status for f in findings] == ["rewritten"], [f.reason for f in findings]
+    assert ".transpose(-2, -1)" not in new.split("scaled_dot_product_attention", 1)[1]
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 5, 4, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    outs = [_namespace(text)["AnyRank"]()(q, k, v) for text in (source, new)]
+    torch.testing.assert_close(outs[1], outs[0])
+    grads = [torch.autograd.grad(out.sum(), (q, k, v)) for out in outs]
+    for a, b in zip(*grads, strict=True):
+        torch.testing.assert_close(b, a)
+
+
+@pytest.mark.parametrize(("unpack", "reason"), [
+    ("b, h, *_ = k.shape", "not provably a swap of the last two dimensions"),  # at least 2-D only
+    ("b, *rest, d = k.shape", "not provably a swap of the last two dimensions"),
+    ("b, h, n, m, d, device = *k.shape, k.device", "transpose(2, 3) of a 5-D tensor is not provably a swap"),
+    ("b, h, n, d = *k.shape[:2], 4, 8", "not provably a swap of the last two dimensions"),  # a slice spread
+])
+def test_a_starred_unpacking_that_proves_no_four_axes_stays_a_near_miss(unpack, reason):
+    source = ANY_RANK.replace("def forward(self, q, k, v):", "def forward(self, q, k, v):\n        " + unpack)
+    assert reason in _near_miss(source)
+
+
+@pytest.mark.parametrize("view", [
+    "k = x.view(*x.shape[:2], 4, -1)",
+    "k = x.reshape(*x.shape[:-1], 4, -1)",
+    "k = x.view((*x.shape[:2], 4, -1))",
+    "shape = (*x.shape[:2], 4, -1)\n        k = x.view(shape)",  # listed just before
+])
+def test_a_view_whose_sizes_spread_a_shape_has_no_rank_of_its_argument_count(view):
+    """`x.view(*x.shape[:2], 4, -1)` of a 3-D x is 4-D: the starred item names two sizes, so
+    `transpose(1, 2)` of it is no swap of its last two axes (read as 3-D, it was rewritten)."""
+    source = ANY_RANK.replace("def forward(self, q, k, v):", f"def forward(self, q, x, v):\n        {view}").replace(
+        "k.transpose(2, 3)", "k.transpose(1, 2)")
+    assert "not provably a swap of the last two dimensions" in _near_miss(source)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from engine.extract.package import PackageIndex
 from engine.scan import scan_path, scan_source, select_rules
 from engine.synthesize import defaults
@@ -106,6 +108,80 @@ def test_a_configuration_outside_the_repository_is_not_read(tmp_path):
     link = root / "toy" / "configuration_toy.py"
     link.unlink()
     link.symlink_to(outside / "configuration_toy.py")
+    result = scan_path(root, rules="sdpa-attention")
+    [finding] = [f for f in result.findings if f.rule_id == "sdpa-attention"]
+    assert finding.status == "guarded", finding.reason
+
+
+LAYERS = '''
+import torch
+from torch import nn
+
+
+class KeepAttention(nn.Module):
+    def __init__(self, dim, keep_attn=True):
+        super().__init__()
+        self.keep_attn = keep_attn
+        self.scale = dim ** -0.5
+
+    def forward(self, q, k, v):
+        p = (torch.matmul(q, k.transpose(-1, -2)) * self.scale).softmax(dim=-1)
+        if self.keep_attn:
+            self.attn_weights = p
+        return torch.matmul(p, v)
+
+
+class Block(nn.Module):
+    def __init__(self, dim, keep_attn=True):
+        super().__init__()
+        self.attn = KeepAttention(dim, keep_attn=keep_attn)
+'''
+
+
+def _two_files(tmp_path: Path, model: str) -> Path:
+    pkg = tmp_path / "tab"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "layers.py").write_text(LAYERS)
+    (pkg / "model.py").write_text(model)
+    return tmp_path
+
+
+@pytest.mark.parametrize("model", [
+    "from .layers import Block\n\n\ndef build(dim):\n    return Block(dim, False)\n",  # through Block's parameter
+    "from . import layers\n\n\ndef build(dim):\n    return layers.KeepAttention(dim, keep_attn=False)\n",
+    "from .layers import Block\n\n\ndef build(dim, **options):\n    return Block(dim, **options)\n",  # may pass it
+    "from .layers import Block\n\n\ndef build(dim, keep):\n    return Block(dim, keep_attn=keep)\n",  # unknown
+    # through a module of the repository the scan did not read (a re-export)
+    "from .common import Block\n\n\ndef build(dim):\n    return Block(dim, keep_attn=False)\n",
+])
+def test_a_construction_in_another_file_that_fails_the_guard_keeps_the_guarded_rewrite(tmp_path, model):
+    """`keep_attn` is True by default, but a construction the repository holds passes False (or a
+    value that may be False): the kernel runs there, so the guarded rewrite is kept."""
+    result = scan_path(_two_files(tmp_path, model), rules="sdpa-attention")
+    [finding] = [f for f in result.findings if f.rule_id == "sdpa-attention"]
+    assert finding.status == "guarded", finding.reason
+    assert "scaled_dot_product_attention" in result.files["tab/layers.py"]
+
+
+@pytest.mark.parametrize("model", [
+    "from .layers import Block\n\n\ndef build(dim):\n    return Block(dim)\n",
+    "from .layers import Block, KeepAttention\n\n\ndef build(dim):\n    return Block(dim, keep_attn=True), KeepAttention(dim, True)\n",
+    # a class of the same name elsewhere is another class
+    "from other.layers import Block\n\n\ndef build(dim):\n    return Block(dim, keep_attn=False)\n",  # not ours
+    "import torch\n\n\nclass KeepAttention(torch.nn.Module):\n    pass\n\n\ndef build(dim):\n    return KeepAttention(dim, keep_attn=False)\n",
+])
+def test_constructions_that_keep_the_default_report_the_kernel_never_runs(tmp_path, model):
+    result = scan_path(_two_files(tmp_path, model), rules="sdpa-attention")
+    [finding] = [f for f in result.findings if f.rule_id == "sdpa-attention"]
+    assert finding.status == "near-miss" and "keep_attn=True" in finding.reason and "never run" in finding.reason
+    assert "tab/layers.py" not in result.files
+
+
+def test_a_forwarded_parameter_rebound_in_the_constructor_is_unknown(tmp_path):
+    layers = LAYERS.replace("        self.attn = KeepAttention", "        keep_attn = not keep_attn\n        self.attn = KeepAttention")
+    root = _two_files(tmp_path, "")
+    (root / "tab" / "layers.py").write_text(layers)
     result = scan_path(root, rules="sdpa-attention")
     [finding] = [f for f in result.findings if f.rule_id == "sdpa-attention"]
     assert finding.status == "guarded", finding.reason
