@@ -1414,11 +1414,12 @@ class _MethodExtractor:
             scope.env[target.id] = name
         elif t is ast.Tuple or t is ast.List:
             names = target.elts
-            spread = isinstance(value_expr, (ast.Tuple, ast.List)) and any(isinstance(e, ast.Starred)
-                                                                            for e in value_expr.elts)
-            if spread and isinstance(value, Seq) and self.bind_spread(names, value, value_expr, scope, guard, at):
+            spread: ast.Tuple | ast.List | None = None
+            if isinstance(value_expr, (ast.Tuple, ast.List)) and any(isinstance(e, ast.Starred) for e in value_expr.elts):
+                spread = value_expr
+            if spread is not None and isinstance(value, Seq) and self.bind_spread(names, value, spread, scope, guard, at):
                 return
-            if isinstance(value, Seq) and len(value.items) == len(names) and not spread \
+            if isinstance(value, Seq) and len(value.items) == len(names) and spread is None \
                     and not any(isinstance(n, ast.Starred) for n in names):
                 for sub, item in zip(names, value.items, strict=True):
                     self.bind(sub, item, None, scope, guard, at)
@@ -1438,7 +1439,7 @@ class _MethodExtractor:
             star = next((i for i, n in enumerate(names) if isinstance(n, ast.Starred)), len(names))
             for i, sub in enumerate(names):
                 # past a starred name the items are counted from the end; the starred one is a slice
-                index = _const(i) if i < star else _const(i - len(names)) if i > star \
+                index: Operand = _const(i) if i < star else _const(i - len(names)) if i > star \
                     else _sym(f"{i}:{i + 1 - len(names) or ''}")
                 if isinstance(sub, ast.Starred):
                     sub = sub.value
