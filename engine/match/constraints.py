@@ -1408,8 +1408,13 @@ def _superseded(mention: ast.Name, fn: ast.FunctionDef | ast.AsyncFunctionDef, c
             and stmt.value is not None else []
         return any(isinstance(t, ast.Name) and t.id == mention.id for t in targets)
 
-    if assigns(statement):  # read on the right of its own new assignment, unless the call is there too
-        return not any(n is call for n in ast.walk(statement))
+    if assigns(statement):
+        # read on the right of its own new assignment that makes a list of it then and there
+        # (`params = list(filter(f, params))`); a lazy wrapper (`filter(None, params)`) is not
+        # taken, and neither is a statement that holds the call too
+        value = getattr(statement, "value", None)
+        eager = isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in _READS_THROUGH
+        return eager and not any(n is call for n in ast.walk(statement))
     block = next((getattr(parents[id(statement)], field) for field in ("body", "orelse", "finalbody")
                   if statement in getattr(parents[id(statement)], field, [])), None)
     if block is None:
