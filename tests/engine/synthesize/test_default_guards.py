@@ -43,13 +43,18 @@ class ToyAttention(nn.Module):
 '''
 
 
-def _repo(tmp_path: Path, config: str) -> Path:
-    pkg = tmp_path / "toy"
+def _package(tmp_path: Path, name: str, files: dict[str, str]) -> Path:
+    """A repository holding the package `name` with `files` (file name -> source)."""
+    pkg = tmp_path / name
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
-    (pkg / "configuration_toy.py").write_text(config)
-    (pkg / "modeling_toy.py").write_text(MODELING)
+    for file, text in files.items():
+        (pkg / file).write_text(text)
     return tmp_path
+
+
+def _repo(tmp_path: Path, config: str) -> Path:
+    return _package(tmp_path, "toy", {"configuration_toy.py": config, "modeling_toy.py": MODELING})
 
 
 def test_a_guard_that_holds_by_default_is_reported_not_rewritten(tmp_path):
@@ -139,12 +144,7 @@ class Block(nn.Module):
 
 
 def _two_files(tmp_path: Path, model: str) -> Path:
-    pkg = tmp_path / "tab"
-    pkg.mkdir()
-    (pkg / "__init__.py").write_text("")
-    (pkg / "layers.py").write_text(LAYERS)
-    (pkg / "model.py").write_text(model)
-    return tmp_path
+    return _package(tmp_path, "tab", {"layers.py": LAYERS, "model.py": model})
 
 
 @pytest.mark.parametrize("model", [
