@@ -7,17 +7,33 @@ the modeling files are unpacked beside them, keeping the package layout so that 
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import re
 import subprocess
 import sys
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("ADOPTER_CORPUS_DIR", ROOT / ".cache" / "corpus"))
 MODELING = re.compile(r"transformers/models/([^/]+)/modeling_(?!tf_|flax_)[^/]+\.py$")
 GROUNDTRUTH = ROOT.parent / "shared" / "benchmarks" / "adopter-paper" / "groundtruth.tsv"
+
+
+@contextlib.contextmanager
+def cache_lock(cache: Path) -> Iterator[None]:
+    """Hold the cache folder's lock: processes sharing a cache (the test workers of one run, two
+    runs side by side) download and unpack one at a time, and none reads a half-unpacked folder."""
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / ".lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _wheel(version: str) -> Path:
@@ -44,6 +60,14 @@ def unpack(version: str) -> Path:
     marker = dest / ".complete"
     if marker.exists():
         return dest
+    with cache_lock(CACHE):
+        if not marker.exists():  # another process may have unpacked it while this one waited
+            _unpack(version, dest)
+    return dest
+
+
+def _unpack(version: str, dest: Path) -> None:
+    marker = dest / ".complete"
     with zipfile.ZipFile(_wheel(version)) as wheel:
         for name in wheel.namelist():
             if MODELING.search(name) or name.endswith("__init__.py") and name.startswith("transformers/"):
@@ -52,7 +76,6 @@ def unpack(version: str) -> Path:
                           "transformers/pytorch_utils.py"):
                 wheel.extract(name, dest)
     marker.write_text("ok\n")
-    return dest
 
 
 def paper_corpus() -> dict[str, list[Path]]:

@@ -52,6 +52,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script: import the checkout's engine
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.corpus import cache_lock  # noqa: E402
+
 CACHE = Path(os.environ.get("ADOPTER_WILD_DIR", ROOT / ".cache" / "wild"))
 LABELS = ROOT / "benchmarks" / "wild_labels.tsv"
 SLACK = 2  # lines of slack around a finding's matched lines when pairing it with a label
@@ -308,6 +310,14 @@ def unpack(pkg: Package) -> Path:
     selection = "ok\n" + "".join(f"{pattern}\n" for pattern in pkg.include)
     if marker.exists() and marker.read_text() == selection:
         return dest
+    with cache_lock(CACHE):
+        if not (marker.exists() and marker.read_text() == selection):  # not unpacked meanwhile
+            _unpack(pkg, dest, selection)
+    return dest
+
+
+def _unpack(pkg: Package, dest: Path, selection: str) -> None:
+    marker = dest / ".complete"
     if dest.exists():
         shutil.rmtree(dest)
     archive = _archive(pkg)
@@ -327,7 +337,6 @@ def unpack(pkg: Package) -> Path:
                     assert source is not None
                     target.write_bytes(source.read())
     marker.write_text(selection)
-    return dest
 
 
 def package_files(pkg: Package) -> list[tuple[str, Path]]:
