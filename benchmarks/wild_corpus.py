@@ -19,7 +19,9 @@ property prediction: unimol-tools; tabular: rtdl-revisiting-models; music genera
 more held out the same way (sequence modelling: fairseq; segmentation: mmsegmentation; multimodal: torchmultimodal;
 tabular: pytorch-tabular; self-supervised vision: lightly; audio and music generation: audiolm-pytorch,
 musiclm-pytorch; vision-language: flamingo-pytorch, CoCa-pytorch; memory-augmented LM: memorizing-transformers-pytorch;
-linear attention: performer-pytorch).
+linear attention: performer-pytorch), and `wild8`, six more held out the same way (windowed attention: local-attention;
+LSH attention: reformer-pytorch; machine translation: OpenNMT-py, sockeye; audio generation: stable-audio-tools;
+annotated paper implementations: a subset of labml-nn's transformer, normalization and optimizer modules).
 
     python benchmarks/wild_corpus.py              # score table, disagreements, compile/idempotence
     python benchmarks/wild_corpus.py --set wild2  # one set only
@@ -260,6 +262,27 @@ PACKAGES: tuple[Package, ...] = (
             ("memorizing_transformers_pytorch/memorizing_transformers_pytorch.py",), "wild7"),
     Package("performer-pytorch", "performer-pytorch", "1.1.4", "linear attention",
             ("performer_pytorch/performer_pytorch.py",), "wild7"),
+    # wild8: held out, labelled by reading the code, by what a correct rewrite could do, before the tool ran on it
+    Package("local-attention", "local-attention", "1.11.2", "windowed attention",
+            ("local_attention/local_attention.py", "local_attention/transformer.py"), "wild8"),
+    Package("reformer-pytorch", "reformer-pytorch", "1.4.4", "efficient attention (LSH)",
+            ("reformer_pytorch/reformer_pytorch.py",), "wild8"),
+    Package("OpenNMT-py", "OpenNMT-py", "3.5.1", "machine translation", tuple(f"onmt/{m}.py" for m in (
+        "modules/multi_headed_attn", "modules/global_attention", "modules/conv_multi_step_attention", "modules/rmsnorm",
+        "utils/optimizers")), "wild8"),
+    Package("sockeye", "sockeye", "3.1.34", "machine translation",
+            ("sockeye/layers.py", "sockeye/transformer.py", "sockeye/optimizers.py"), "wild8"),
+    Package("stable-audio-tools", "stable-audio-tools", "0.0.19", "audio generation", tuple(
+        f"stable_audio_tools/{m}.py" for m in (
+            "models/transformer", "models/blocks", "models/adp", "training/diffusion", "training/utils")), "wild8"),
+    Package("labml-nn", "labml-nn", "0.5.1", "annotated paper implementations", tuple(f"labml_nn/{m}.py" for m in (
+        "transformers/mha", "transformers/alibi/__init__", "transformers/rope/__init__",
+        "transformers/rope/value_pe/__init__", "transformers/xl/relative_mha", "transformers/compressive/__init__",
+        "transformers/feedback/__init__", "transformers/retro/model", "transformers/aft/__init__",
+        "diffusion/ddpm/unet", "diffusion/stable_diffusion/model/unet_attention", "neox/model",
+        "normalization/layer_norm/__init__", "normalization/batch_norm/__init__", "normalization/group_norm/__init__",
+        "normalization/instance_norm/__init__", "normalization/batch_channel_norm/__init__",
+        "normalization/weight_standardization/__init__", "optimizers/configs", "helpers/optimizer")), "wild8"),
 )
 SETS: tuple[str, ...] = tuple(dict.fromkeys(p.set for p in PACKAGES))
 
