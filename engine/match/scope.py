@@ -422,6 +422,45 @@ def _shape_check(use: Node, ix: MethodIndex):
     return final.pos
 
 
+_GIVEN_ROLES = re.compile(r"(f?mask|keep)\d*")  # bindings of the masks and biases the kernel is handed
+
+
+def _validates_given(use: Node, match: Match, ix: MethodIndex) -> bool:
+    """The shape check that `use` feeds (`_shape_check`) also reads the shape of a mask or bias the
+    kernel is handed as it is (`assert attn_bias.shape[-1] == sim.shape[-1]`): it validates that
+    operand, and the kernel broadcasts a mask where the code asserted equal sizes (a bias with one
+    key column passes the kernel silently), so the check is not moot: it stays, the scores' shape
+    read restated on the key (local-attention's cached decoding step)."""
+    given = {v.name for key, v in match.bindings.items() if isinstance(v, Var) and _GIVEN_ROLES.fullmatch(key)}
+    if not given:
+        return False
+    chain, frontier = {id(use)}, list(use.outputs)
+    compares = []
+    while frontier:
+        for user in ix.uses.get(frontier.pop(), ()):
+            if id(user) not in chain:
+                chain.add(id(user))
+                compares.append(user)
+                frontier.extend(user.outputs)
+    pending = [v for node in compares for v in node.inputs if isinstance(v, Var)]
+    seen: set[str] = set()
+    while pending and len(seen) < 50:
+        name = pending.pop().name
+        if name in seen:
+            continue
+        seen.add(name)
+        node = ix.defs.get(name)
+        if node is None or id(node) in chain or node.kind != "op":
+            continue
+        if _reads_metadata_only(node):
+            if isinstance(node.inputs[0], Var) and node.inputs[0].name in given:
+                return True
+            continue
+        if node.op in ("getitem", "list", "tuple", "len", "assign") or node.op.startswith("compare:"):
+            pending.extend(v for v in node.inputs if isinstance(v, Var))
+    return False
+
+
 def _read_only_by(candidates: list[Node], matched_ids: set[int], ix: MethodIndex) -> list[Node]:
     """Those of `candidates` whose values only the matched nodes and the other such candidates read."""
     kept = {id(n): n for n in candidates}
@@ -539,7 +578,7 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match], every: list[Ma
                     continue  # a use on a branch the code never takes
                 conflict = any(match.conditions.get(cid, taken) != taken for cid, taken in needed.items())
                 check = _shape_check(use, ix) if not conflict else None
-                if check is not None:
+                if check is not None and not _validates_given(use, match, ix):
                     # `if attn_weights.size() != (...): raise ValueError(...)`: a validation of an
                     # intermediate that the kernel makes moot; the rewrite removes the check (a read
                     # on another path than the match's is no check: the original code runs there)
