@@ -71,6 +71,13 @@ attention, the kernel given the query negated): wild7 TP 18 FN 8, all 287/0/28. 
 parameters that a new assignment of the name follows before the optimizer never sees what it reads
 (audiolm's get_optimizer, both calls): wild7 TP 20 FN 6, all 289/0/26 (R 0.917).
 
+wild8 (local-attention, reformer-pytorch, OpenNMT-py, sockeye, stable-audio-tools, a labml-nn subset), held out and
+labelled the same way before the tool ran on it, has its own figures: on 2026-12-05, at its first scan, TP 11  FP 0
+FN 13  TN 21   P 1.000  R 0.458 (attention TP 3 FN 7: scores from an inherited or own `get_scores`, a softmax module of
+another object, scores split across jit-scripted helpers, a metadata read of the scores in a helper; norms TP 3 FN 4:
+statistics over `dim=[-1]` written as a list, a helper shadowed by its compiled redefinition; fused-adamw TP 4 FN 2: exclusive branches and a loop variable read as
+escapes); all eight sets TP 300  FP 0  FN 39  R 0.885.
+
 No look-alike is rewritten. Raise the figures when the engine improves; never lower them to
 let a change through. Every rewritten file must also compile and be left alone by a second scan."""
 
@@ -123,7 +130,7 @@ def _at_least(result: W.Score, tp: int, fp: int, fn: int, precision: float, reca
 def test_precision_and_recall_against_the_labels(scanned, labels):
     _, scans = scanned
     every_site = [s for scan in scans for s in scan.sites]
-    # the figures below were set on wild1 and wild2; wild3 to wild7, labelled later, have ratchets of their own
+    # the figures below were set on wild1 and wild2; wild3 to wild8, labelled later, have ratchets of their own
     wild3 = W.score(W.set_labels(labels, "wild3"), W.set_sites(every_site, "wild3"))
     _at_least(wild3, 71, 0, 7, 1.0, 0.91, "wild3")
     wild4 = W.score(W.set_labels(labels, "wild4"), W.set_sites(every_site, "wild4"))
@@ -134,6 +141,8 @@ def test_precision_and_recall_against_the_labels(scanned, labels):
     _at_least(wild6, 33, 0, 3, 1.0, 0.91, "wild6")
     wild7 = W.score(W.set_labels(labels, "wild7"), W.set_sites(every_site, "wild7"))
     _at_least(wild7, 20, 0, 6, 1.0, 0.76, "wild7")
+    wild8 = W.score(W.set_labels(labels, "wild8"), W.set_sites(every_site, "wild8"))
+    _at_least(wild8, 11, 0, 13, 1.0, 0.45, "wild8")
     labels = W.set_labels(labels, "wild1") + W.set_labels(labels, "wild2")
     sites = W.set_sites(every_site, "wild1") + W.set_sites(every_site, "wild2")
     _at_least(W.score(labels, sites), 131, 0, 1, 1.0, 0.99, "all")
