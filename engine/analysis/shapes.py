@@ -83,6 +83,24 @@ def _int(operand: Operand | None) -> int | None:
     return None
 
 
+def _axis_items(dim: Operand) -> tuple[Operand, ...]:
+    """The axes a reduction's `dim` names, each as an operand: the items of a tuple or list display
+    (`(1, 3)`, or `[-1]`, which the extractor keeps as source text where every item is a literal),
+    or `dim` itself where it is one axis. A one-item sequence names the same axis as its item."""
+    if isinstance(dim, Seq):
+        return dim.items
+    if isinstance(dim, Const) and isinstance(dim.value, tuple):
+        return tuple(Const(v) for v in dim.value)
+    if isinstance(dim, Sym) and dim.text.lstrip().startswith(("[", "(")):
+        try:
+            value = ast.literal_eval(dim.text)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            return (dim,)
+        if isinstance(value, (list, tuple)):
+            return tuple(Const(v) for v in value)
+    return (dim,)
+
+
 # ops that keep their (first) input's shape exactly
 _SAME_SHAPE = {
     "softmax", "log_softmax", "dropout", "neg", "exp", "sqrt", "rsqrt", "pow", "erf", "gelu", "relu", "silu",
@@ -555,8 +573,8 @@ class ShapeFacts:
 
     def constant_axes(self, dim: Operand | None) -> tuple[tuple[int, ...], tuple[Node, ...]] | None:
         """(the axes, the assignments that hold them) where `dim` is an integer constant or a tuple
-        or list of them, written out or held by a local variable (`stat_dim = (1, 3)`), each axis
-        once; None where it is not that."""
+        or list of them (`(1, 3)`, `[-1]`), written out or held by a local variable (`stat_dim =
+        (1, 3)`), each axis once; None where it is not that."""
         held: list[Node] = []
         while isinstance(dim, Var) and len(held) < 20:
             node = self.defs.get(dim.name)
@@ -564,12 +582,12 @@ class ShapeFacts:
                 return None
             held.append(node)
             dim = node.inputs[0]
-        if isinstance(dim, Const):
-            values = dim.value if isinstance(dim.value, tuple) else (dim.value,)
-        elif isinstance(dim, Seq) and all(isinstance(i, Const) for i in dim.items):
-            values = tuple(i.value for i in dim.items)
-        else:
+        if dim is None or isinstance(dim, Var):
             return None
+        items = _axis_items(dim)
+        if not all(isinstance(i, Const) for i in items):
+            return None
+        values = tuple(i.value for i in items)  # type: ignore[union-attr]
         if not values or any(not isinstance(v, int) or isinstance(v, bool) for v in values) \
                 or len(set(values)) != len(values):
             return None
@@ -1267,10 +1285,8 @@ class ShapeFacts:
         keep = node.kwarg("keepdim", node.inputs[2] if len(node.inputs) > 2 else Const(False))
         if shape is None or dim is None:
             return None
-        dims = dim.items if isinstance(dim, Seq) else (tuple(Const(v) for v in dim.value) if isinstance(dim, Const)
-                                                       and isinstance(dim.value, tuple) else (dim,))
         positions = []
-        for d in dims:
+        for d in _axis_items(dim):
             p = shape.position(self._dim(d)) if self._dim(d) is not None else None  # type: ignore[arg-type]
             if p is None:
                 return None

@@ -591,9 +591,10 @@ def _stats_over_last_axis(match: Match, ix: MethodIndex) -> str | None:
     arithmetic of parameters every construction in the file passes integers for, `dim if dim >= 0
     else total_dim + dim`; engine/analysis/shapes.py `int_attribute`), `$axis` alone is bound, to
     that value: the kernel normalizes the input with it moved last, over its size, and the result
-    is moved back. Constant axes that are the trailing ones of the input, its rank proven or tested
-    by a branch the statistics are under (`if x.dim() == 3:`), bind `$from` (the first of them) for a
-    rule whose template reads it: the kernel normalizes `x.shape[from:]` as it is. A list of axes the
+    is moved back. Constant axes that are the trailing ones of the input, counted from the end
+    (`dim=(-2, -1)`) or its rank proven or tested by a branch the statistics are under (`if x.dim() ==
+    3:`), bind `$from` (the first of them) for a rule whose template reads it: the kernel normalizes
+    `x.shape[from:]` as it is; a list or tuple of one axis (`dim=[-1]`) is that axis. A list of axes the
     function is given is tested at run time to be the trailing ones (`_checked_trailing`)."""
     axes: set[int | tuple[int, ...]] = set()  # one constant axis, or several (in increasing order)
     trailing: dict[str, Operand] = {}  # the normalized shape N of statistics over the last len(N) axes
@@ -638,9 +639,12 @@ def _stats_over_last_axis(match: Match, ix: MethodIndex) -> str | None:
             return f"the statistics are over dim={_dim_text(dim)}{known}, not axes the kernel can normalize"
         computed.extend(n for n in constant[1] if n not in computed)  # a local holding the axes
         held = tuple(sorted(d if d >= 0 or rank is None else d + rank for d in constant[0]))
+        if len(held) == 1 and held[0] in (-1, None if rank is None else rank - 1):
+            axes.add(-1)  # the last axis written as a one-item list (`dim=[-1]`)
+            continue
         axes.add(held[0] if len(held) == 1 else held)
-        if rank is not None and len(held) > 1 and held == tuple(range(rank - len(held), rank)):
-            tails.add(held)
+        if len(held) > 1 and held == tuple(range(rank - len(held), rank) if rank is not None else range(-len(held), 0)):
+            tails.add(held)  # the trailing axes: of a proven rank, or counted from the end (`dim=(-2, -1)`)
     if len(axes) + len(trailing) + len(runtime) + len(listed) > 1:
         if listed and not axes and not trailing and not runtime:
             dim = next(iter(listed.values()))[0]

@@ -101,6 +101,19 @@ def test_reductions_with_keepdim_make_a_size_1_axis():
     assert f.rank(last(m, "sm")) == 2
 
 
+def test_a_list_or_tuple_literal_of_axes_is_those_constant_axes():
+    f, m = facts("s = x.view(b, n, -1)\nmu = s.mean(dim=[-1], keepdim=True)\nsq = s.sum([0, 2])\n"
+                 "both = s.mean((-2, -1))\ngiven = s.mean([-1, k])", params="x, b, n, k")
+    mu = f.shape(last(m, "mu"))
+    assert mu.rank == 3 and mu.axes[-1].unit and mu.axes[1].id == f.shape(last(m, "s")).axes[1].id
+    assert f.rank(last(m, "sq")) == 1 and f.rank(last(m, "both")) == 1
+    assert f.shape(last(m, "given")) is None  # an axis only known at run time
+    dims = {n.outputs[0].split(".")[0]: n.kwarg("dim", n.inputs[1] if len(n.inputs) > 1 else None)
+            for n in m.nodes if n.op in ("mean", "sum")}
+    assert f.constant_axes(dims["mu"]) == ((-1,), ()) and f.constant_axes(dims["sq"]) == ((0, 2), ())
+    assert f.constant_axes(dims["both"]) == ((-2, -1), ()) and f.constant_axes(dims["given"]) is None
+
+
 def test_a_merge_keeps_only_what_every_branch_proves():
     f, m = facts("s = x.view(b, n, n)\nif flag:\n    s = s + mask\np = s.softmax(-1)", params="x, b, n, mask, flag")
     p = f.shape(last(m, "p"))
