@@ -4,6 +4,7 @@ it, or the reason it does not (which becomes the near-miss reason)."""
 from __future__ import annotations
 
 import ast
+import itertools
 import math
 import re
 from collections.abc import Callable
@@ -1231,7 +1232,7 @@ def _fused_where_params_live(match: Match, ix: MethodIndex) -> str | None:
         return _bind_fused(match, f"all(p.device.type in {_FUSED_DEVICES} for p in {owner_text}.parameters())")
     if _built_list(params, ix) is None:
         return _materialized_once(params, match, ix)
-    why = _unreadable_groups(params, node, ix)
+    why = _unreadable_groups(params, match, ix)
     if why is not None:
         return why
     name = params.name.partition(".")[0]
@@ -1449,13 +1450,17 @@ def _built_list(value: Operand, ix: MethodIndex) -> Node | None:
     return None
 
 
-def _unreadable_groups(params: Operand, root: Node, ix: MethodIndex) -> str | None:
+def _unreadable_groups(params: Operand, match: Match, ix: MethodIndex) -> str | None:
     """Why the optimizer's parameters cannot be read again, or None: they must be a list built in
     this function whose items can all be read again: a dict literal whose `params` are such a list,
     a group whose `params` this function already iterated (a one-shot iterator there is spent
-    before the optimizer reads it, so reading it once more changes nothing), or a tensor. The list
-    must be filled only by `append`/`insert` and read only by optimizers (and by the device test
-    of the call's own `fused=`, where it has one: this constraint's rewrite)."""
+    before the optimizer reads it, so reading it once more changes nothing), or a tensor: a module's
+    parameter (`for p in model.parameters()`, `for name, p in model.named_parameters()`) or one
+    named in the source. The list must be filled only by `append`/`insert` and read only by
+    optimizers (and by the device test of the call's own `fused=`, where it has one: this
+    constraint's rewrite), or on a path that never runs with the optimizer's call (another branch
+    of the `if`/`elif` chain choosing the optimizer: `_on_exclusive_path`)."""
+    root = match.root
     built = _built_list(params, ix)
     if built is None:
         return "the parameters are not a list built in this function: reading their devices could consume them"
@@ -1469,23 +1474,60 @@ def _unreadable_groups(params: Operand, root: Node, ix: MethodIndex) -> str | No
         for use in ix.uses.get(name, ()):
             if use.op in (".append", ".insert") and use.inputs[0] == Var(name):
                 items.append(use.inputs[-1])
-            elif not (use.op == "assign" or use.op.startswith("torch.optim.") or _feeds_fused(use, root, ix)):
+            elif not (use.op == "assign" or use.op.startswith("torch.optim.") or _feeds_fused(use, root, ix)
+                      or _on_exclusive_path(match, use)):
                 return f"the parameter groups are passed to `{use.op}`, which may change them"
     for item in items:
-        if not isinstance(item, Var):
+        if isinstance(item, Sym) and not item.text.startswith(("(", "[", "{")):
             continue  # a tensor named in the source (`self.weight`)
+        if not isinstance(item, Var):
+            # a pair (`(name, param)`, which optimizers take too) or a list: no device to read
+            return f"an item of the parameter list is `{render(item)}`, not a parameter or a group"
         group = ix.defs.get(item.name)
         if group is None:
             return f"the parameter group `{item.name}` is passed in: reading its `params` could consume them"
-        if group.op == "iter" and isinstance(group.inputs[0], Var) \
-                and getattr(ix.defs.get(group.inputs[0].name), "op", None) == ".parameters":
-            continue  # a parameter of a module
+        if _module_parameter(item, group, ix):
+            continue
         if group.op == "dict":
             if _built_list(_group_params(group), ix) is None:
                 return "a parameter group's `params` is not a list built in this function"
         elif not _params_read_before(item.name, group, ix):
             return f"the parameter group `{item.name}` is built elsewhere: reading its `params` could consume them"
     return None
+
+
+def _module_parameter(item: Var, group: Node, ix: MethodIndex) -> bool:
+    """Whether `item` is a parameter of a module, as a loop over its parameters binds it: the
+    element of `for p in m.parameters()`, or the tensor of `for name, p in m.named_parameters()`
+    (not the (name, tensor) pair a single loop variable would hold there)."""
+    if group.op != "iter" or not isinstance(group.inputs[0], Var):
+        return False
+    source = getattr(ix.defs.get(group.inputs[0].name), "op", None)
+    return source == ".parameters" and group.outputs == (item.name,) \
+        or source == ".named_parameters" and len(group.outputs) == 2 and group.outputs[1] == item.name
+
+
+def _on_exclusive_path(match: Match, node: Node) -> bool:
+    """Whether `node`, a call in the matched function itself (not in a helper inlined into it), and
+    the optimizer's call never run in one call of the function: they sit in the two branches of one
+    `if` (another `elif` of a chain is in its `else`), or one follows an `if` whose branch holding
+    the other always leaves the function (engine/match/fused.py `_exclusive`), and no loop,
+    comprehension or nested function holds both (which could take one branch on one pass and the
+    other on the next)."""
+    found = _enclosing(match)
+    if found is None or node.via or node.pos is None:
+        return False
+    fn, call = found
+    other = next((n for n in ast.walk(fn) if isinstance(n, ast.Call) and n.lineno == node.pos.line
+                  and n.col_offset == node.pos.col), None)
+    if other is None or other is call:
+        return False
+    file = _BranchFile(tree_of(match.file.path), match.file.module)
+    here, there = file.steps(call, fn), file.steps(other, fn)
+    shared = list(itertools.takewhile(lambda pair: pair[0] == pair[1], zip(here, there, strict=False)))
+    repeats = (ast.For, ast.AsyncFor, ast.While, ast.comprehension, ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef,
+               ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+    return not any(isinstance(step.node, repeats) for step, _ in shared[1:]) and _exclusive(here, there)
 
 
 def _feeds_fused(node: Node, root: Node, ix: MethodIndex) -> bool:
