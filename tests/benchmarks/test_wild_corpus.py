@@ -76,7 +76,11 @@ labelled the same way before the tool ran on it, has its own figures: on 2026-12
 FN 13  TN 21   P 1.000  R 0.458 (attention TP 3 FN 7: scores from an inherited or own `get_scores`, a softmax module of
 another object, scores split across jit-scripted helpers, a metadata read of the scores in a helper; norms TP 3 FN 4:
 statistics over `dim=[-1]` written as a list, a helper shadowed by its compiled redefinition; fused-adamw TP 4 FN 2: exclusive branches and a loop variable read as
-escapes); all eight sets TP 300  FP 0  FN 39  R 0.885.
+escapes); all eight sets TP 300  FP 0  FN 39  R 0.885. Then statistics over axes written as a list literal
+(`dim=[-1]`, labml's GroupNorm, InstanceNorm and ChannelNorm on their (B, groups, n) views) read as those constant
+axes, a use of the parameter list on another branch of the `elif` chain choosing the optimizer no conflict, and a
+list filled by `append` over `model.named_parameters()` a list of parameters (OpenNMT's build_torch_optimizer, both
+calls): wild8 TP 16 FN 8 (R 0.667), all 305/0/34 (R 0.900).
 
 No look-alike is rewritten. Raise the figures when the engine improves; never lower them to
 let a change through. Every rewritten file must also compile and be left alone by a second scan."""
@@ -142,7 +146,7 @@ def test_precision_and_recall_against_the_labels(scanned, labels):
     wild7 = W.score(W.set_labels(labels, "wild7"), W.set_sites(every_site, "wild7"))
     _at_least(wild7, 20, 0, 6, 1.0, 0.76, "wild7")
     wild8 = W.score(W.set_labels(labels, "wild8"), W.set_sites(every_site, "wild8"))
-    _at_least(wild8, 11, 0, 13, 1.0, 0.45, "wild8")
+    _at_least(wild8, 16, 0, 8, 1.0, 0.66, "wild8")
     labels = W.set_labels(labels, "wild1") + W.set_labels(labels, "wild2")
     sites = W.set_sites(every_site, "wild1") + W.set_sites(every_site, "wild2")
     _at_least(W.score(labels, sites), 131, 0, 1, 1.0, 0.99, "all")
