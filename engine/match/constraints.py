@@ -1168,38 +1168,64 @@ def _bound_in_file(path: str, name: str) -> bool:
     return False
 
 
-def _module_parameters(e: ast.expr) -> str | None:
+def _module_parameters(e: ast.expr, method: str = "parameters") -> str | None:
     """The text of `<name>.<attr>....parameters()` (a module's parameters: a fresh generator over
-    the same tensors each time it is called), else None."""
+    the same tensors each time it is called), else None; `method="named_parameters"` takes
+    `<name>.<attr>....named_parameters()`, whose tensors are the same, and gives the owner's
+    `.parameters()` call too."""
     if not (isinstance(e, ast.Call) and not e.args and not e.keywords and isinstance(e.func, ast.Attribute)
-            and e.func.attr == "parameters"):
+            and e.func.attr == method):
         return None
     owner = e.func.value
     while isinstance(owner, ast.Attribute):
         owner = owner.value
-    return ast.unparse(e) if isinstance(owner, ast.Name) else None
+    return f"{ast.unparse(e.func.value)}.parameters()" if isinstance(owner, ast.Name) else None
 
 
-def _parameters_selected_from(text: str, shadowed: Callable[[str], bool]) -> str | None:
-    """The `.parameters()` call whose tensors the optimizer's parameters `text` are all among: the
-    call itself, `filter(f, <call>)`, or a comprehension or generator that yields its loop variable
-    from the call (`p for p in m.parameters() if p.requires_grad`). Reading the devices from the
-    call again then consumes nothing the optimizer reads, and all of a superset on a fused device
-    implies all of the selection is. None for anything else."""
-    try:
-        e = ast.parse(text, mode="eval").body
-    except SyntaxError:
-        return None
-    if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == "filter" and len(e.args) == 2 \
-            and not e.keywords and not shadowed("filter"):
-        e = e.args[1]
-    elif isinstance(e, (ast.GeneratorExp, ast.ListComp)) and len(e.generators) == 1:
-        loop = e.generators[0]
-        if not (isinstance(loop.target, ast.Name) and isinstance(e.elt, ast.Name) and e.elt.id == loop.target.id
-                and not loop.is_async):
-            return None
-        e = loop.iter
-    return _module_parameters(e)
+_SAME_ITEMS = ("list", "tuple", "sorted")  # builtins that make a new sequence of their argument's items
+
+
+def _items_of(e: ast.expr, shadowed: Callable[[str], bool]) -> ast.expr | None:
+    """The iterable `e` makes a new list or tuple of, item for item, then and there: `list(x)`,
+    `tuple(x)`, `sorted(x, key=...)` (the builtins) or a display of it alone (`[*x]`), else None."""
+    if isinstance(e, (ast.List, ast.Tuple)) and len(e.elts) == 1 and isinstance(e.elts[0], ast.Starred):
+        return e.elts[0].value
+    if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id in _SAME_ITEMS and len(e.args) == 1 \
+            and not isinstance(e.args[0], ast.Starred) and not shadowed(e.func.id) \
+            and all(k.arg in (("key", "reverse") if e.func.id == "sorted" else ()) for k in e.keywords):
+        return e.args[0]
+    return None
+
+
+def _parameters_selected_from(e: ast.expr, shadowed: Callable[[str], bool]) -> str | None:
+    """The `.parameters()` call whose tensors the optimizer's parameters `e` are all among: the
+    call itself, `filter(f, <call>)`, a comprehension or generator that yields its loop variable
+    from the call (`p for p in m.parameters() if p.requires_grad`, or the tensor of each pair of
+    `m.named_parameters()`: `p for n, p in ...`), or a list, tuple or sorted list of any of those
+    (`list(...)`, `[*...]`). Reading the devices from the call again then consumes nothing the
+    optimizer reads, and all of a superset on a fused device implies all of the selection is. None
+    for anything else."""
+    for _ in range(8):
+        if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == "filter" and len(e.args) == 2 \
+                and not e.keywords and not isinstance(e.args[1], ast.Starred) and not shadowed("filter"):
+            e = e.args[1]
+        elif isinstance(e, (ast.GeneratorExp, ast.ListComp)) and len(e.generators) == 1:
+            loop = e.generators[0]
+            if loop.is_async or not isinstance(e.elt, ast.Name):
+                return None
+            if isinstance(loop.target, ast.Name) and e.elt.id == loop.target.id:
+                e = loop.iter
+            elif isinstance(loop.target, ast.Tuple) and len(loop.target.elts) == 2 \
+                    and isinstance(loop.target.elts[1], ast.Name) and e.elt.id == loop.target.elts[1].id \
+                    and not (isinstance(loop.target.elts[0], ast.Name) and loop.target.elts[0].id == e.elt.id):
+                return _module_parameters(loop.iter, "named_parameters")
+            else:
+                return None
+        elif (items := _items_of(e, shadowed)) is not None:
+            e = items
+        else:
+            return _module_parameters(e)
+    return None
 
 
 def _fused_where_params_live(match: Match, ix: MethodIndex) -> str | None:
@@ -1209,29 +1235,33 @@ def _fused_where_params_live(match: Match, ix: MethodIndex) -> str | None:
     the function (a list literal or comprehension, or one filled by `append`/`insert`, of parameters
     or of groups whose `params` are such lists or were already iterated here). Anything else is
     materialized once as the optimizer's argument, as the optimizer's own first step does
-    (`_materialized_once`). Binds `$fused` to that test (or `$merged`: `_bind_fused`)."""
+    (`_materialized_once`). Parameters written as an expression at the call are read from its
+    source (`_written_params`). Binds `$fused` to that test (or `$merged`: `_bind_fused`)."""
     node = match.root
     params = node.inputs[0] if node.inputs else node.kwarg("params")
-    producer = ix.defs.get(params.name) if isinstance(params, Var) else None
-    text = params.text if isinstance(params, Sym) else None
-    if producer is not None and (producer.op == "generatorexp" or producer.op == "listcomp" and TEMP.match(params.name)):
-        text = producer.kwarg("text").text if isinstance(producer.kwarg("text"), Sym) else None
-    source = _parameters_selected_from(text, lambda name: _bound_in_file(match.file.path, name)) if text else None
-    if source is not None:
-        return _bind_fused(match, f"all(p.device.type in {_FUSED_DEVICES} for p in {source})")
-    held = _held_list(text) if text else None
-    if held is not None:  # `name := list(...)`, the materialized form itself: the test reads that list
-        return _bind_fused(match, _items_on_fused_devices(held), defaulted=True)
+    if not isinstance(params, Var) or TEMP.match(params.name):
+        return _written_params(params, match)
+    producer = ix.defs.get(params.name)
+    if producer is not None and producer.op == "generatorexp" and isinstance(producer.kwarg("text"), Sym):
+        try:  # a generator assigned to a name: its source is kept as `text`
+            written = ast.parse(producer.kwarg("text").text, mode="eval").body
+        except SyntaxError:
+            written = None
+        source = _parameters_selected_from(written, _shadowed(match)) if written is not None else None
+        if source is not None:
+            return _bind_fused(match, f"all(p.device.type in {_FUSED_DEVICES} for p in {source})")
     if producer is None:
-        return _materialized_once(params, match, ix)
+        return _materialized_once(params, match)
     if producer.op == "list":  # `list(...)` of whatever was given (the materialized form below)
         return _bind_fused(match, _items_on_fused_devices(params.name.partition(".")[0]), defaulted=True)
-    if producer.op == ".parameters" and producer.inputs and isinstance(producer.inputs[0], (Var, Sym)):
+    if producer.op == ".parameters" and producer.inputs and (
+            isinstance(producer.inputs[0], Sym) or isinstance(producer.inputs[0], Var)
+            and not TEMP.match(producer.inputs[0].name)):
         owner = producer.inputs[0]
         owner_text = owner.text if isinstance(owner, Sym) else owner.name.partition(".")[0]
         return _bind_fused(match, f"all(p.device.type in {_FUSED_DEVICES} for p in {owner_text}.parameters())")
     if _built_list(params, ix) is None:
-        return _materialized_once(params, match, ix)
+        return _materialized_once(params, match)
     why = _unreadable_groups(params, match, ix)
     if why is not None:
         return why
@@ -1240,16 +1270,47 @@ def _fused_where_params_live(match: Match, ix: MethodIndex) -> str | None:
                               f'for p in (g["params"] if isinstance(g, dict) else [g]))')
 
 
-def _held_list(text: str) -> str | None:
-    """The name of `name := list(...)` (parameters materialized once under a name), else None."""
-    try:
-        e = ast.parse(f"({text})", mode="eval").body  # a walrus stands unparenthesized as an argument
-    except SyntaxError:
+def _shadowed(match: Match) -> Callable[[str], bool]:
+    """Whether a name may not be the builtin in the matched file (`_bound_in_file`)."""
+    return lambda name: _bound_in_file(match.file.path, name)
+
+
+def _written_params(params: Operand, match: Match) -> str | None:
+    """Parameters written at the call as an expression, not a name (`list(extra)`, `[*given]`,
+    `[p for p in m.parameters() if ...]`, `self.make_parameter_groups()`): the test is written in
+    terms of the source of that expression, since the values the analysis gives its parts have no
+    name in the source. A selection of a module's parameters reads that module's `.parameters()`
+    again (`_parameters_selected_from`); a list already held under a name by `:=` is read through
+    that name; anything else is materialized once under a free name (`_materialized_once`)."""
+    node = match.root
+    call = _call_at(match)
+    if call is None or not node.inputs or node.inputs[0] is not params or not call.args \
+            or isinstance(call.args[0], ast.Starred):
+        return "where the parameters live is not known here (their expression is not found in the source)"
+    written, shadowed = call.args[0], _shadowed(match)
+    source = _parameters_selected_from(written, shadowed)
+    if source is not None:
+        return _bind_fused(match, f"all(p.device.type in {_FUSED_DEVICES} for p in {source})")
+    if isinstance(written, ast.NamedExpr) and _fresh_sequence(written.value, shadowed):
+        # `name := list(...)`, the materialized form itself: the test reads that list
+        return _bind_fused(match, _items_on_fused_devices(written.target.id), defaulted=True)
+    return _materialized_once(params, match, fresh=_fresh_sequence(written, shadowed))
+
+
+def _fresh_sequence(e: ast.expr, shadowed: Callable[[str], bool]) -> bool:
+    """Whether `e` makes a new list or tuple then and there (a display, a list comprehension, the
+    builtin `list`/`tuple`/`sorted` of something), which can be read again unchanged."""
+    return isinstance(e, (ast.List, ast.Tuple, ast.ListComp)) or isinstance(e, ast.Call) \
+        and isinstance(e.func, ast.Name) and e.func.id in _SAME_ITEMS and not shadowed(e.func.id)
+
+
+def _call_at(match: Match) -> ast.Call | None:
+    """The optimizer's call in the matched file's `ast`, where its source is known."""
+    tree, pos = tree_of(match.file.path), match.root.pos
+    if tree is None or pos is None or pos.file not in (match.file.path, ""):
         return None
-    if isinstance(e, ast.NamedExpr) and isinstance(e.value, ast.Call) and isinstance(e.value.func, ast.Name) \
-            and e.value.func.id == "list" and len(e.value.args) == 1 and not e.value.keywords:
-        return e.target.id
-    return None
+    return next((n for n in ast.walk(tree) if isinstance(n, ast.Call) and (n.lineno, n.col_offset, n.end_lineno,
+                 n.end_col_offset) == (pos.line, pos.col, pos.end_line, pos.end_col)), None)
 
 
 def _bind_fused(match: Match, test: str, defaulted: bool = False) -> None:
@@ -1279,7 +1340,7 @@ def merged_under(chooser: str, key: str, test: str) -> str:
 _FREE_NAMES = ("params", "param_groups")  # names that may hold parameters materialized from an expression
 
 
-def _materialized_once(params: Operand, match: Match, ix: MethodIndex) -> str | None:
+def _materialized_once(params: Operand, match: Match, fresh: bool = False) -> str | None:
     """Parameters the function cannot read twice (maybe a one-shot generator): passed in
     (`def get_std_opt(model_params, ...)`), assigned from elsewhere (`params = kwargs.pop("params",
     self.model.parameters())`), or computed by the call's argument itself (`self.make_parameter_groups()`,
@@ -1289,7 +1350,9 @@ def _materialized_once(params: Operand, match: Match, ix: MethodIndex) -> str | 
     both the optimizer and the device test read that list. A name must be read by nothing but the
     optimizer on the optimizer's path (it holds the list afterwards), except where it is assigned
     before the call. Groups (dicts) are not looked into where their `params` are not a list, which
-    could consume them (`_items_on_fused_devices`). Binds `$materialized` and `$fused`."""
+    could consume them (`_items_on_fused_devices`). An expression that makes a new list or tuple
+    then and there (`fresh`: `[p for p in extra]`, `list(extra)`) is held as it is (`params :=
+    list(extra)`), where `$materialized_as_is` says so. Binds `$materialized` and `$fused`."""
     node = match.root
     if not node.inputs or node.inputs[0] is not params or node.via:
         return "where the parameters live is not known here (they are not built in this function)"
@@ -1302,6 +1365,10 @@ def _materialized_once(params: Operand, match: Match, ix: MethodIndex) -> str | 
         if name is None:
             return "the parameters are computed at the call and no name is free to hold them once materialized"
     match.bindings["materialized"] = Sym(name)
+    if fresh:
+        match.bindings["materialized_as_is"] = Const(True)
+    else:
+        match.bindings.pop("materialized_as_is", None)
     return _bind_fused(match, _items_on_fused_devices(name), defaulted=True)
 
 

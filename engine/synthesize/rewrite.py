@@ -1583,7 +1583,9 @@ class Synthesizer:
                 given = root_expr.args[0].value
                 if isinstance(given, cst.GeneratorExp):  # `list(p for p in ...)`: its own parentheses go
                     args[0] = cst.Module([]).code_for_node(given.with_changes(lpar=[], rpar=[]))
-                args[0] = f"{first.text} := list({args[0]})"
+                as_is = match.bindings.get("materialized_as_is")  # already a new list: `params := [*given]`
+                args[0] = f"{first.text} := {args[0]}" if isinstance(as_is, Const) and as_is.value is True \
+                    else f"{first.text} := list({args[0]})"
             merged, at = match.bindings.get("merged"), match.bindings.get("chooser_at")
             if isinstance(merged, Sym) and isinstance(at, Const):
                 # a `**` dict whose keys are not known: replaced by one merged under it

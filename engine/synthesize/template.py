@@ -7,7 +7,8 @@ alternative whose variables are all bound (an alternative without variables alwa
 is, the segment disappears. A `$name` outside any segment must be bound.
 Special variables: `$callee` and `$args` are the source of the root call's function and arguments
 (the first positional one read once into a list under the name a constraint binds as `$materialized`,
-`name := list(<argument>)`, and a `**` one replaced by the dict a constraint binds as `$merged`, where
+`name := list(<argument>)`, or `name := <argument>` where `$materialized_as_is` says it already makes a
+new list, and a `**` one replaced by the dict a constraint binds as `$merged`, where
 they bind them).
 """
 

@@ -411,3 +411,102 @@ def test_groups_from_a_helper_are_materialized_under_a_free_name(generated: str,
     assert [len(g["params"]) for g in optimizers[1].param_groups] == [2, 2]
     for a, b in zip(models[0].parameters(), models[1].parameters(), strict=True):
         torch.testing.assert_close(b, a, rtol=1e-12, atol=1e-14)
+
+
+SPELLED = textwrap.dedent("""
+    import torch
+
+
+    def make_optimizer(model, extra):
+        return torch.optim.OPT(PARAMS, lr=1e-2)
+""")
+
+
+def _spelled_steps(code: str, given, steps: int = 4):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 1)).double()
+    opt = _load(code)["make_optimizer"](model, given(model))
+    train_steps(model, opt, steps)
+    return model, opt
+
+
+# each spelling of the parameters as an expression at the call, and the device test it gets: the
+# module's own `.parameters()` again (a selection of its tensors), or the expression held once by `:=`
+@pytest.mark.parametrize(
+    ("params", "written"),
+    [
+        ("list(model.parameters())", "for p in model.parameters())"),
+        ("[*model.parameters()]", "for p in model.parameters())"),
+        ("list(filter(lambda p: p.requires_grad, model.parameters()))", "for p in model.parameters())"),
+        ("[p for n, p in model.named_parameters() if not n.endswith('bias')]", "for p in model.parameters())"),
+        ("(p for _, p in model.named_parameters())", "for p in model.parameters())"),
+        ("list(extra)", "params := list(extra),"),
+        ("[*extra]", "params := [*extra],"),
+        ("[p for p in extra]", "params := [p for p in extra],"),
+        ("[p for p in extra if p.requires_grad]", "params := [p for p in extra if p.requires_grad],"),
+        ("(p for p in extra)", "params := list(p for p in extra),"),
+        ("list(filter(lambda p: p.requires_grad, extra))", "params := list(filter(lambda p: p.requires_grad, extra)),"),
+        ("model[0].parameters()", "params := list(model[0].parameters()),"),
+        ("[{'params': extra}, {'params': list(model[0].parameters()), 'lr': 1e-3}]",
+         "params := [{'params': extra}, {'params': list(model[0].parameters()), 'lr': 1e-3}],"),
+    ],
+)
+@pytest.mark.parametrize("extra_listed", [False, True])  # `extra`: a one-shot generator, or a list
+@pytest.mark.parametrize("cls", ["Adam", "AdamW"])
+def test_parameters_written_as_an_expression_step_the_same(params: str, written: str, extra_listed: bool, cls: str):
+    """The parameters spelled as an expression at the call: the device test reads only names the
+    rewritten function binds (none the analysis made up for a part of the expression), steps as
+    the original does, and a second scan finds the rewrite in its final form."""
+    code = SPELLED.replace("OPT", cls).replace("PARAMS", params)
+    findings, new = _rewrite(code)
+    assert [f.status for f in findings] == ["rewritten"], findings
+    assert written in new, new
+    given = (lambda m: list(m[1].parameters())) if extra_listed else (lambda m: m[1].parameters())
+    model_a, opt_a = _spelled_steps(code, given)
+    model_b, opt_b = _spelled_steps(new, given)
+    assert [len(g["params"]) for g in opt_b.param_groups] == [len(g["params"]) for g in opt_a.param_groups]
+    # a group whose `params` are a generator is not looked into (reading would consume it): the default
+    fused = None if "{'params': extra}" in params and not extra_listed else True
+    assert [g["fused"] for g in opt_b.param_groups] == [fused] * len(opt_b.param_groups)
+    for a, b in zip(model_a.parameters(), model_b.parameters(), strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-12, atol=1e-14)
+    assert _rewrite(new)[1] == new
+
+
+def test_a_local_from_a_submodule_expression_is_materialized():
+    """`params = model[0].parameters()`: the module is an expression (indexing may run any code),
+    so the generator is materialized once under its own name instead of being read again."""
+    code = SPELLED.replace("    return torch.optim.OPT(PARAMS,", "    params = model[0].parameters()\n"
+                           "    return torch.optim.Adam(params,")
+    findings, new = _rewrite(code)
+    assert [f.status for f in findings] == ["rewritten"], findings
+    assert "params := list(params)," in new
+    model_a, opt_a = _spelled_steps(code, list)
+    model_b, opt_b = _spelled_steps(new, list)
+    assert [g["fused"] for g in opt_b.param_groups] == [True]
+    assert len(opt_b.param_groups[0]["params"]) == len(opt_a.param_groups[0]["params"]) == 2
+    for a, b in zip(model_a.parameters(), model_b.parameters(), strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize(
+    ("params", "written"),
+    [
+        # new tensors made from each pair's tensor: not the module's own
+        ("[p.detach() for n, p in model.named_parameters()]", "params := [p.detach() for n, p in model.named_parameters()],"),
+        # the module is a subscript, which may run any code: not called again
+        ("filter(lambda p: p.dim() > 1, model[0].parameters())",
+         "params := list(filter(lambda p: p.dim() > 1, model[0].parameters())),"),
+    ],
+)
+def test_expressions_not_a_selection_of_a_modules_parameters_are_materialized(params: str, written: str):
+    code = SPELLED.replace("OPT", "AdamW").replace("PARAMS", params)
+    findings, new = _rewrite(code)
+    assert [f.status for f in findings] == ["rewritten"], findings
+    assert written in new and "model.parameters())" not in new.split("fused=")[1], new
+    model_a, opt_a = _spelled_steps(code, list)
+    model_b, opt_b = _spelled_steps(new, list)
+    assert [g["fused"] for g in opt_b.param_groups] == [True]
+    assert len(opt_b.param_groups[0]["params"]) == len(opt_a.param_groups[0]["params"])
+    for a, b in zip(model_a.parameters(), model_b.parameters(), strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-12, atol=1e-14)
