@@ -2316,8 +2316,9 @@ def _einsum_lowering(equation: str, einops: bool = False) -> tuple | None:
     output, `b h i j, b h j w d -> b h i w d`). Contracted labels in another order on the two
     operands are not one axis: None. Of several row candidates of the left operand the ones that
     leave the output in place win; the others are batch labels (`bnhk,bmk->bnhm` is a product per
-    (b, n) of h rows). None when the equation is not such a product (a trace, a label summed out of
-    one operand, `...`)."""
+    (b, n) of h rows); of the right operand's, those the output places before the last label both
+    operands share are batch labels too (`b h i d, c h j d -> b c h i j`). None when the equation is
+    not such a product (a trace, a label summed out of one operand, `...`)."""
     labels = _einsum_labels(equation, einops)
     if labels is None:
         return None
@@ -2334,6 +2335,13 @@ def _einsum_lowering(equation: str, einops: bool = False) -> tuple | None:
     if not rows_a or not rows_b:
         return None
     i = o[-2] if o[-2] in rows_a and o[-1] in rows_b else rows_a[-1]
+    shared = [k for k, label in enumerate(o) if label in a and label in b]
+    among = [label for label in rows_b if shared and o.index(label) < shared[-1]]
+    if among and len(among) < len(rows_b):
+        # a label of the right operand alone that the output places among the labels of both
+        # operands' batch, before the last of them, is a batch label missing from the left operand
+        # (enformer's every query sequence against every context, `b h i d, c h j d -> b c h i j`)
+        rows_b = [label for label in rows_b if label not in among]
     batch = [label for label in o if label != i and label not in rows_b]
 
     def plan(own: tuple[str, ...], rows: list[str]) -> tuple[tuple[int, ...], tuple[int, ...], tuple[tuple[int, int], ...], bool]:

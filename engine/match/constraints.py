@@ -338,9 +338,85 @@ def _last_dim(match: Match, ix: MethodIndex) -> str | None:
 CHECKS["last_dim"] = _last_dim
 
 
+def _checked_rank(value: Operand, rank: int, match: Match, ix: MethodIndex) -> str | None:
+    """A run-time test that `value` has not `rank` dimensions (`keys.dim() != 4`), for a guard that
+    keeps the original code where it has not: a value of unproven rank (a public module's input) whose
+    axes the match reads by non-negative indices (`keys.transpose(2, 3)`, `softmax(dim=3)`) is read as
+    the code means it where the test fails. The guard is tested where the rewritten statements begin,
+    so the value must be held by a plain name from before the first matched statement to the match's
+    root (never assigned again in between); None where it is not (a temporary, a value computed
+    between, a match in an inlined helper) or the rule has no guarded form."""
+    if not match.rule.guard or not isinstance(value, Var) or match.root.via:
+        return None
+    name = value.name.split(".", 1)[0]
+    if not re.fullmatch(r"[A-Za-z_]\w*", name) or re.fullmatch(r"_t\d+|_if", name) or name == "self":
+        return None
+    order = {id(n): i for i, n in enumerate(ix.method.nodes)}
+    placed = [order[id(n)] for n in match.matched_nodes if id(n) in order]
+    root = order.get(id(match.root))
+    if not placed or root is None:
+        return None
+    made = ix.defs.get(value.name)
+    if made is None and not any(p.name == value.name for p in ix.method.params):
+        return None
+    start = order.get(id(made), -1) if made is not None else -1
+    if made is not None and (start < 0 or start >= min(placed) or made.via):
+        return None
+    if any(o != value.name and o.split(".", 1)[0] == name for n in ix.method.nodes[start + 1:root + 1]
+           for o in n.outputs):
+        return None  # the name holds another value somewhere up to the root
+    return f"{name}.dim() != {rank}"
+
+
+# ops between the score product and the softmax that keep the product's rank (a number's scale, a
+# fill, which broadcasts its mask to the filled tensor, a cast, a dropout)
+_RANK_KEEPING = {"scale", "masked_fill", ".masked_fill", ".float", ".to", ".type_as", ".type", "dropout", ".contiguous",
+                 "assign"}
+
+
+def _checked_scores_rank(match: Match, ix: MethodIndex) -> tuple[int, set[str]] | None:
+    """The rank of the softmax's input where run-time tests of the query's and key's ranks prove it:
+    the key transposed at non-negative dimensions (r-2, r-1) has r (`_last_two_dims`), the query
+    (scaled by a number at most) has r too, proven or tested, and every step from the product to the
+    softmax keeps the product's rank. Returns (r, the tests); None otherwise."""
+    kt, product, soft = match.nodes.get("kt"), match.nodes.get("s0"), match.nodes.get("p0")
+    if kt is None or product is None or soft is None or not kt.inputs or len(product.inputs) != 2 \
+            or not soft.inputs or product.target in _BATCHED_3D:
+        return None
+    d0, d1 = kt.kwarg("dim0"), kt.kwarg("dim1")
+    dims = sorted(d.value for d in (d0, d1) if isinstance(d, Const) and type(d.value) is int)
+    if len(dims) != 2 or dims[0] < 0 or dims[1] != dims[0] + 1:
+        return None
+    rank = dims[1] + 1
+    tests: set[str] = set()
+    for side, value in enumerate(product.inputs):
+        if side == 0 and "qs" in match.nodes:
+            value = match.bindings.get("q")  # a number's scale of the query keeps its rank
+        elif side == 1:
+            value = kt.inputs[0]
+        known = rank_of(value, ix)
+        if known == rank:
+            continue
+        test = _checked_rank(value, rank, match, ix) if known is None else None
+        if test is None:
+            return None
+        tests.add(test)
+    # back from the softmax's input to the product, through rank-keeping steps of the match
+    matched = {id(n) for n in match.matched_nodes}
+    current = soft.inputs[0]
+    while isinstance(current, Var) and current.name not in product.outputs:
+        node = ix.defs.get(current.name)
+        if node is None or id(node) not in matched or node.kind != "op" or node.op not in _RANK_KEEPING \
+                or not node.inputs:
+            return None
+        current = node.inputs[0]
+    return (rank, tests) if isinstance(current, Var) else None
+
+
 def _last_two_dims(match: Match, ix: MethodIndex) -> str | None:
     """The transpose bound as `$kt` swaps the last two dimensions of `$k`: (-2, -1), or (r-2, r-1)
-    where `$k` provably has r dimensions."""
+    where `$k` provably has r dimensions, or is tested to have them at run time where the softmax is
+    over dimension r-1 (`_checked_rank`: the original is kept where it has not)."""
     for key in ("kt", "pt"):  # the key's transpose; the probabilities' (output read back channels-first)
         node = match.nodes.get(key)
         if node is None:
@@ -355,6 +431,16 @@ def _last_two_dims(match: Match, ix: MethodIndex) -> str | None:
         if dims == [1, 2] and product is not None and product.target in _BATCHED_3D:
             continue  # a bmm operand is 3-D wherever the code runs (bmm raises on any other rank)
         rank = rank_of(node.inputs[0], ix) if node.inputs else None
+        soft = match.nodes.get("p0")
+        soft_dim = _softmax_dim(soft, ix) if soft is not None else None
+        # only where the code states that rank again by the softmax's own non-negative dimension:
+        # `softmax(dim=-1)` holds for any rank, and the transpose alone is no sign of one
+        test = _checked_rank(node.inputs[0], dims[1] + 1, match, ix) \
+            if key == "kt" and rank is None and dims[0] >= 0 and dims[1] == dims[0] + 1 \
+            and soft_dim == Const(dims[1]) else None
+        if test is not None:
+            match.runtime_checks.add(test)
+            continue
         known = f" of a {rank}-D tensor" if rank is not None else ""
         lost = _rank_lost_text(node.inputs[0], ix) if node.inputs and rank is None else ""
         return f"transpose({dims[0]}, {dims[1]}){known} is not provably a swap of the last two dimensions{lost}"
@@ -374,11 +460,7 @@ def _softmax_over_key_axis(match: Match, ix: MethodIndex) -> str | None:
     soft, scores = match.nodes.get("p0"), match.nodes.get("s0")
     if soft is None or scores is None or not scores.outputs:
         return None
-    dim = soft.kwarg("dim")
-    if dim is None and soft.kind == "layer":
-        layer = ix.layer_for(soft)
-        dim = layer.kwarg("dim", layer.args[0] if layer is not None and layer.args else None) if layer else None
-    dim = _held_constant(dim, ix)
+    dim = _softmax_dim(soft, ix)
     facts = ix.shapes
     source = soft.inputs[0] if soft.inputs else None
     setting = _setting(dim, ix)
@@ -413,10 +495,25 @@ def _softmax_over_key_axis(match: Match, ix: MethodIndex) -> str | None:
     # (a bias added on one path only) lost the identity (not so after a permute of the scores)
     if "s0p" not in match.nodes and facts.is_last(source, dim):
         return None
+    checked = _checked_scores_rank(match, ix) if rank is None and dim.value >= 0 and "s0p" not in match.nodes else None
+    if checked is not None and dim.value == checked[0] - 1:
+        # the last axis where the query and key have the ranks the run-time tests require
+        match.runtime_checks.update(checked[1])
+        return None
     return f"softmax dim={dim.value}{known} is not provably the key axis (the last dimension of the scores)"
 
 
 CHECKS["softmax_over_key_axis"] = _softmax_over_key_axis
+
+
+def _softmax_dim(soft: Node, ix: MethodIndex):
+    """The dimension a softmax is over: its `dim`, a softmax layer's, or the constant a variable
+    passed for it holds."""
+    dim = soft.kwarg("dim")
+    if dim is None and soft.kind == "layer":
+        layer = ix.layer_for(soft)
+        dim = layer.kwarg("dim", layer.args[0] if layer is not None and layer.args else None) if layer else None
+    return _held_constant(dim, ix)
 
 
 def _setting(operand, ix: MethodIndex) -> str | None:

@@ -138,7 +138,8 @@ def _inside(inner: Pos | None, outer: Pos | None) -> bool:
 _DTYPE_TAKERS = {"torch.finfo", "torch.iinfo"}  # calls whose first argument is a dtype, not a tensor
 
 
-def _only_feeds_dropped_argument(use: Node, match: Match, ix: MethodIndex) -> list[Node] | None:
+def _only_feeds_dropped_argument(use: Node, match: Match, ix: MethodIndex,
+                                 kept: list[dict[int, bool]] | None = None) -> list[Node] | None:
     """A metadata read of an intermediate (its dtype, shape, device: not its values) whose only
     purpose is an argument of a matched call that the rewrite drops: `s.masked_fill(m,
     -torch.finfo(s.dtype).max)`, `p.type(s.dtype)`, or the same value computed in a statement of its
@@ -148,7 +149,11 @@ def _only_feeds_dropped_argument(use: Node, match: Match, ix: MethodIndex) -> li
     reaches anything else: another use of the value, the call's tensor itself, an argument the
     rewrite keeps, a merge of branches. A cast is such a computation too: fairseq's
     `w = w_float.type_as(w)`, whose result only names the dtype of the dropped cast
-    `w_float.type_as(w)` before dropout, computes nothing the kernel path reads."""
+    `w_float.type_as(w)` before dropout, computes nothing the kernel path reads.
+    With `kept`, the computation may also reach code on a path the match does not take (imagen-video's
+    `max_neg_value` filling the scores under `if self.causal:` too, where the match is the padding
+    fill's): that code runs only where the original is kept under a guard, which holds the read as
+    written; the decisions of each such path are appended to `kept` (the guard's terms)."""
     if not (_reads_metadata_only(use) or use.kind == "op" and use.op in CASTS):
         return None
     rewrite = match.rule.rewrite or ""
@@ -186,6 +191,10 @@ def _only_feeds_dropped_argument(use: Node, match: Match, ix: MethodIndex) -> li
                 if id(user) in seen:
                     continue
                 seen.add(id(user))
+                if kept is not None and (off := _off_path(user, match, ix)) is not None:
+                    if off:
+                        kept.append(off)
+                    continue
                 if len(seen) > 8:
                     return None
                 frontier.append(user)
@@ -198,6 +207,16 @@ def _only_feeds_dropped_argument(use: Node, match: Match, ix: MethodIndex) -> li
         return None
     holders = [n.pos for n in match.nodes.values() if n.pos is not None]
     return [n for n in slice_nodes if not any(_inside(n.pos, h) for h in holders)]
+
+
+def _off_path(node: Node, match: Match, ix: MethodIndex) -> dict[int, bool] | None:
+    """The decisions under which `node` runs where it runs only on paths the match does not take
+    (one of its branch decisions is the other way round from the match's); empty where it runs on
+    no possible path at all, None where it may run on the match's path."""
+    needed = {c.id: c.taken for c in node.guard}
+    if not any(match.conditions.get(cid, taken) != taken for cid, taken in needed.items()):
+        return None
+    return needed if ix.possible(needed.items()) else {}
 
 
 def _helper_choice(node: Node, ix: MethodIndex) -> Node | None:
@@ -561,11 +580,17 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match], every: list[Ma
                     continue
                 if rule.detect_only and _reads_metadata_only(use):
                     continue  # a shape or dtype read does not stop a detected location
-                companions = _only_feeds_dropped_argument(use, match, ix)
+                kept: list[dict[int, bool]] = []
+                companions = _only_feeds_dropped_argument(use, match, ix, kept if _off_path(use, match, ix) is None else None)
                 if companions is not None:
                     # `s.masked_fill(m, -torch.finfo(s.dtype).max)`: removed with the call, and a
-                    # statement of its own that computes that argument goes too
+                    # statement of its own that computes that argument goes too; where the value
+                    # also reaches code off the match's path, the original runs there, read and all
                     finding.companions.extend(c for c in companions if c not in finding.companions)
+                    own = {c.id for c in node.guard}
+                    guards.extend(frozenset((match.cond_text.get(cid, f"<condition {cid}>"), taken)
+                                            for cid, taken in needed.items() if cid not in own)
+                                  for needed in kept)
                     continue
                 if _decides_only(use, both_ways, ix):
                     # `if s.dtype == torch.float16:` choosing between two spellings of the softmax

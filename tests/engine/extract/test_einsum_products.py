@@ -94,6 +94,12 @@ class A(nn.Module):
     # a 5-D per-window value (b h j w d): (w d) is its feature axis
     ("b h i j, b h j w d -> b h i w d", True, (((0, 1, 2, 3), (), (), False),
                                                ((0, 1, 2, 3, 4), (), ((3, 4),), False), (3, 4), None)),
+    # a label of each operand alone (b on the query, c on the key), the key's placed among the shared
+    # batch labels: both batch axes, each operand given a size-1 axis for the one it lacks
+    ("b h i d, c h j d -> b c h i j", True, (((0, 1, 2, 3), (1,), (), False), ((0, 1, 2, 3), (0,), (), True), (), None)),
+    # placed after the shared batch labels, it is a row of the key, flattened with j (as the value's t above)
+    ("b h i d, b h c j d -> b h i c j", True, (((0, 1, 2, 3), (), (), False), ((0, 1, 2, 3, 4), (), ((2, 3),), True),
+                                              (2, 3), None)),
     ("bhtcfn,bhtenf->bhce", False, None),   # contracted in another order on the key: not one axis
     ("bhtcfn,bhtef->bhce", False, None),    # n summed out of the query alone
     ("bij,bij->bij", False, None),          # nothing contracted
