@@ -124,6 +124,8 @@ class Match:
     # the variable a fill's mask is computed from on the branch that fills, where the other branch
     # fills nothing (scope `_both_branches`): the kernel after the merge tests it for None
     fill_through: str | None = None
+    # scope `_fullness` of the match, with the part of `optional` it was computed under
+    fullness: tuple | None = field(default=None, repr=False, compare=False)
 
     @property
     def matched_nodes(self) -> list[Node]:
