@@ -70,6 +70,8 @@ _SEEN_THROUGH = frozenset({*CASTS, *_SAME_VALUES, ".unsqueeze", "torch.unsqueeze
 _TENSOR_RESULTS = {".contiguous", ".clone", ".permute", ".transpose", "transpose", ".view", ".reshape", ".unsqueeze",
                    ".squeeze", ".flatten", ".unflatten", ".expand", ".repeat", ".to", ".float", ".half", ".bfloat16",
                    ".type_as", ".masked_fill", "masked_fill", "matmul", "softmax", "dropout"}
+# the ops of the views `MethodIndex.views` holds: a regrouped product's cast back, a product's matmul
+_VIEW_ROOTS = frozenset({*CASTS, "matmul"})
 # the target of the product of a view of scores laid out key-major (`MethodIndex.transposed_view`):
 # its left operand is the query the code holds transposed, (..., feature, query)
 KEY_MAJOR = "key-major product"
@@ -744,7 +746,8 @@ class MethodIndex:
         for alt in alts:
             if alt.kind == "op":
                 out.extend(self.by_op.get(alt.name, ()))
-                out.extend(self.views.get(alt.name, ()))
+                if alt.name in _VIEW_ROOTS:  # (the views are built where a pattern may start at one)
+                    out.extend(self.views.get(alt.name, ()))
                 out.extend(self.by_target.get(alt.name, ()))
                 for layer_type in _layer_types_of(alt.name):
                     out.extend(self.by_op.get(layer_type, ()))
