@@ -394,6 +394,7 @@ class MethodIndex:
         self._products: dict[int, Node | None] = {}
         self._decided: dict[int, bool | None] = {}
         self._transposed: dict[int, Node | None] = {}
+        self._possible: dict[int, bool] = {}  # id(a node's guard) -> `possible` of it
 
     def __getattr__(self, name: str):
         # defs, by_op, by_target: built together on first use; cond_text when a match is made
@@ -530,6 +531,13 @@ class MethodIndex:
             truth = compare.op == "compare:isnot"
         self._decided[cid] = truth
         return truth
+
+    def possible_guard(self, guard: tuple[Cond, ...]) -> bool:
+        """`possible` of a node's guard, once per guard (the nodes of one branch share theirs)."""
+        found = self._possible.get(id(guard))
+        if found is None:
+            found = self._possible[id(guard)] = self.possible(guard)
+        return found
 
     def possible(self, guard) -> bool:
         """No branch decision of `guard` ((cid, taken) pairs or `Cond`s) is one the code never takes."""
@@ -852,19 +860,6 @@ class _Matcher:
         self.chains = _skip_chains(pattern)
         self.attempts = 0
 
-    # -- conditions ------------------------------------------------------------------------
-
-    def add_guard(self, state: _State, guard: tuple[Cond, ...]) -> bool:
-        if guard and not self.ix.possible(guard):
-            return False  # a node on a branch the code never takes
-        for cond in guard:
-            have = state.conds.get(cond.id)
-            if have is None:
-                state.conds[cond.id] = cond.taken
-            elif have != cond.taken:
-                return False
-        return True
-
     # -- statements ------------------------------------------------------------------------
 
     def match_stmt(self, index: int, stmt: PStmt, node: Node, state: _State):
@@ -897,9 +892,27 @@ class _Matcher:
         inputs, kwargs = params
         if not self._may_bind(call, node, inputs, kwargs, state):
             return ()  # settled without copying the state: most attempts end here
-        base = state.copy()
-        if not self.add_guard(base, node.guard):
-            return ()
+        guard = node.guard
+        conds = state.conds
+        if guard:
+            # the node's branch decisions join the state's (copied only where the node adds one)
+            if not self.ix.possible_guard(guard):
+                return ()  # a node on a branch the code never takes
+            for cond in guard:
+                have = conds.get(cond.id)
+                if have is None:
+                    if conds is state.conds:
+                        conds = conds.copy()
+                    conds[cond.id] = cond.taken
+                elif have != cond.taken:
+                    return ()
+        base = _new_state(_State)
+        base.bindings = state.bindings.copy()
+        base.nodes = state.nodes.copy()
+        base.conds = conds
+        base.skipped = state.skipped
+        base.relaxed = state.relaxed
+        base.used = state.used.copy()
         base.used.add(id(node))
         key = _stmt_key(stmt, index)
         base.nodes[key] = node
@@ -927,7 +940,7 @@ class _Matcher:
                     value = Sym(f"{node.target}.{name}")
                 if not self.bind_free(base, parg.value, value):  # type: ignore[arg-type]
                     return ()
-        if not call.open_kwargs:
+        if kwargs and not call.open_kwargs:
             allowed = {name for name, _ in call.kwargs}
             extra = [k for k in kwargs if k not in allowed and not _ignorable_kwarg(node, k)]
             if extra:
@@ -1106,8 +1119,10 @@ class _Matcher:
                 s.skipped = before + absent
                 yield from self.resolve(step.var, operand, s)
                 return
+            ops = step.ops
             for producer, s in found:
-                if step.takes(producer, self.ix):
+                if producer.kind == "op" and (producer.op in ops or producer.target in ops) \
+                        or producer.kind == "layer" and step.takes(producer, self.ix):
                     if absent:
                         s = s.shared()
                         s.skipped = before + absent
