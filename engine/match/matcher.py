@@ -70,6 +70,8 @@ _SEEN_THROUGH = frozenset({*CASTS, *_SAME_VALUES, ".unsqueeze", "torch.unsqueeze
 _TENSOR_RESULTS = {".contiguous", ".clone", ".permute", ".transpose", "transpose", ".view", ".reshape", ".unsqueeze",
                    ".squeeze", ".flatten", ".unflatten", ".expand", ".repeat", ".to", ".float", ".half", ".bfloat16",
                    ".type_as", ".masked_fill", "masked_fill", "matmul", "softmax", "dropout"}
+# the ops of the views `MethodIndex.views` holds: a regrouped product's cast back, a product's matmul
+_VIEW_ROOTS = frozenset({*CASTS, "matmul"})
 # the target of the product of a view of scores laid out key-major (`MethodIndex.transposed_view`):
 # its left operand is the query the code holds transposed, (..., feature, query)
 KEY_MAJOR = "key-major product"
@@ -124,6 +126,8 @@ class Match:
     # the variable a fill's mask is computed from on the branch that fills, where the other branch
     # fills nothing (scope `_both_branches`): the kernel after the merge tests it for None
     fill_through: str | None = None
+    # scope `_fullness` of the match, with the part of `optional` it was computed under
+    fullness: tuple | None = field(default=None, repr=False, compare=False)
 
     @property
     def matched_nodes(self) -> list[Node]:
@@ -390,6 +394,7 @@ class MethodIndex:
         self._products: dict[int, Node | None] = {}
         self._decided: dict[int, bool | None] = {}
         self._transposed: dict[int, Node | None] = {}
+        self._possible: dict[int, bool] = {}  # id(a node's guard) -> `possible` of it
 
     def __getattr__(self, name: str):
         # defs, by_op, by_target: built together on first use; cond_text when a match is made
@@ -526,6 +531,13 @@ class MethodIndex:
             truth = compare.op == "compare:isnot"
         self._decided[cid] = truth
         return truth
+
+    def possible_guard(self, guard: tuple[Cond, ...]) -> bool:
+        """`possible` of a node's guard, once per guard (the nodes of one branch share theirs)."""
+        found = self._possible.get(id(guard))
+        if found is None:
+            found = self._possible[id(guard)] = self.possible(guard)
+        return found
 
     def possible(self, guard) -> bool:
         """No branch decision of `guard` ((cid, taken) pairs or `Cond`s) is one the code never takes."""
@@ -742,7 +754,8 @@ class MethodIndex:
         for alt in alts:
             if alt.kind == "op":
                 out.extend(self.by_op.get(alt.name, ()))
-                out.extend(self.views.get(alt.name, ()))
+                if alt.name in _VIEW_ROOTS:  # (the views are built where a pattern may start at one)
+                    out.extend(self.views.get(alt.name, ()))
                 out.extend(self.by_target.get(alt.name, ()))
                 for layer_type in _layer_types_of(alt.name):
                     out.extend(self.by_op.get(layer_type, ()))
@@ -844,20 +857,8 @@ class _Matcher:
         self.ix = index
         self.relaxed = relaxed
         self.definer = pattern.definers
+        self.chains = _skip_chains(pattern)
         self.attempts = 0
-
-    # -- conditions ------------------------------------------------------------------------
-
-    def add_guard(self, state: _State, guard: tuple[Cond, ...]) -> bool:
-        if guard and not self.ix.possible(guard):
-            return False  # a node on a branch the code never takes
-        for cond in guard:
-            have = state.conds.get(cond.id)
-            if have is None:
-                state.conds[cond.id] = cond.taken
-            elif have != cond.taken:
-                return False
-        return True
 
     # -- statements ------------------------------------------------------------------------
 
@@ -885,13 +886,33 @@ class _Matcher:
 
     def match_call(self, index: int, stmt: PStmt, call: PStmt, node: Node, state: _State,
                    params: tuple[tuple[Operand, ...], dict[str, Operand]]):
-        """`match_stmt` for one alternative call of the statement, whose `op_params` are `params`."""
+        """`match_stmt` for one alternative call of the statement, whose `op_params` are `params`. As
+        `match_stmt`, the checks run when called and the search when iterated: one generator per
+        matched statement (that of `resolve`), not one per step of the call's arguments."""
         inputs, kwargs = params
         if not self._may_bind(call, node, inputs, kwargs, state):
-            return  # settled without copying the state: most attempts end here
-        base = state.copy()
-        if not self.add_guard(base, node.guard):
-            return
+            return ()  # settled without copying the state: most attempts end here
+        guard = node.guard
+        conds = state.conds
+        if guard:
+            # the node's branch decisions join the state's (copied only where the node adds one)
+            if not self.ix.possible_guard(guard):
+                return ()  # a node on a branch the code never takes
+            for cond in guard:
+                have = conds.get(cond.id)
+                if have is None:
+                    if conds is state.conds:
+                        conds = conds.copy()
+                    conds[cond.id] = cond.taken
+                elif have != cond.taken:
+                    return ()
+        base = _new_state(_State)
+        base.bindings = state.bindings.copy()
+        base.nodes = state.nodes.copy()
+        base.conds = conds
+        base.skipped = state.skipped
+        base.relaxed = state.relaxed
+        base.used = state.used.copy()
         base.used.add(id(node))
         key = _stmt_key(stmt, index)
         base.nodes[key] = node
@@ -906,35 +927,40 @@ class _Matcher:
                     continue
                 if parg.kind == "any":
                     continue
-                return
+                return ()
             if parg.kind == "lit" and not _literal_equal(parg.value, value):
                 if self.relaxed:
                     base.relaxed += (f"{name}={render(value)} (rule: {parg.value!r})",)
                     continue
-                return
+                return ()
             if parg.kind == "var":
                 if node.kind == "layer" and node.target and name not in dict(node.kwargs):
                     # a parameter given to the layer's constructor: at the call site it is the
                     # module's attribute (`self.dropout.p`), not the constructor's expression
                     value = Sym(f"{node.target}.{name}")
                 if not self.bind_free(base, parg.value, value):  # type: ignore[arg-type]
-                    return
-        if not call.open_kwargs:
+                    return ()
+        if kwargs and not call.open_kwargs:
             allowed = {name for name, _ in call.kwargs}
             extra = [k for k in kwargs if k not in allowed and not _ignorable_kwarg(node, k)]
             if extra:
                 if not self.relaxed:
-                    return
+                    return ()
                 base.relaxed += ("unexpected " + ", ".join(f"{k}=" for k in extra),)
-        orders = [inputs]
-        if node.op in ("add", "mul") and len(inputs) == 2 and len(call.args) == 2 and not self.rule.ordered:
-            orders.append((inputs[1], inputs[0]))
-        for ordered in orders:
-            if call.open_kwargs and len(ordered) > len(call.args):
-                ordered = ordered[: len(call.args)]  # `...`: further arguments are free
-            if len(ordered) != len(call.args):
-                continue
-            yield from self.match_args(call.args, ordered, 0, base)
+        n = len(call.args)
+        swap = node.op in ("add", "mul") and len(inputs) == 2 and n == 2 and not self.rule.ordered
+        if call.open_kwargs and len(inputs) > n:
+            inputs = inputs[:n]  # `...`: further arguments are free
+        if len(inputs) != n:
+            return ()
+        if swap:
+            return self._both_orders(call.args, inputs, base)
+        return self.match_args(call.args, inputs, 0, base)
+
+    def _both_orders(self, pargs: tuple[PArg, ...], inputs: tuple[Operand, ...], state: _State):
+        """The operands of a commutative `add`/`mul` in the written order, then swapped."""
+        yield from self.match_args(pargs, inputs, 0, state)
+        yield from self.match_args(pargs, (inputs[1], inputs[0]), 0, state)
 
     def _may_bind(self, call: PStmt, node: Node, inputs: tuple[Operand, ...], kwargs: dict[str, Operand],
                   state: _State) -> bool:
@@ -984,6 +1010,8 @@ class _Matcher:
         return None
 
     def match_args(self, pargs: tuple[PArg, ...], operands: tuple[Operand, ...], i: int, state: _State):
+        """The states in which `operands[i:]` match `pargs[i:]`, as an iterable (a generator only
+        where two arguments or more bind: the last argument's states are `resolve`'s own)."""
         n = len(pargs)
         while i < n:  # arguments that bind nothing, in place (no generator for each)
             parg = pargs[i]
@@ -994,19 +1022,19 @@ class _Matcher:
                     if self.relaxed:
                         s = state.copy()
                         s.relaxed += (f"{render(operands[i])} (rule: {parg.value!r})",)
-                        yield from self.match_args(pargs, operands, i + 1, s)
-                    return
+                        return self.match_args(pargs, operands, i + 1, s)
+                    return ()
                 i += 1
             else:
                 break
         if i == n:
-            yield state
-            return
-        parg = pargs[i]
+            return (state,)
         if i == n - 1:  # the last argument: its states are the call's
-            yield from self.resolve(parg.value, operands[i], state)  # type: ignore[arg-type]
-            return
-        for s in self.resolve(parg.value, operands[i], state):  # type: ignore[arg-type]
+            return self.resolve(pargs[i].value, operands[i], state)  # type: ignore[arg-type]
+        return self._match_rest(pargs, operands, i, state)
+
+    def _match_rest(self, pargs: tuple[PArg, ...], operands: tuple[Operand, ...], i: int, state: _State):
+        for s in self.resolve(pargs[i].value, operands[i], state):  # type: ignore[arg-type]
             yield from self.match_args(pargs, operands, i + 1, s)
 
     def bind_free(self, state: _State, var: str, operand: Operand) -> bool:
@@ -1043,17 +1071,21 @@ class _Matcher:
         return operand
 
     def resolve(self, var: str, operand: Operand, state: _State):
-        """Yield states where `operand` is the value of pattern variable `var`."""
+        """The states where `operand` is the value of pattern variable `var`, as an iterable: a
+        free variable's at once (bound, or compared), a statement's output's from a search."""
         entry = self.definer.get(var)
         if entry is None:
             have = state.bindings.get(var)
             if have is None:
                 s = state.shared()
                 s.bindings = {**state.bindings, var: operand}
-                yield s
-            elif self.bind_free(state, var, operand):  # bound already: only compared, nothing changes
-                yield state
-            return
+                return (s,)
+            if self.bind_free(state, var, operand):  # bound already: only compared, nothing changes
+                return (state,)
+            return ()
+        return self._resolve_statement(var, entry, operand, state)
+
+    def _resolve_statement(self, var: str, entry: tuple[int, PStmt], operand: Operand, state: _State):
         index, stmt = entry
         key = _stmt_key(stmt, index)
         if key in state.nodes:
@@ -1064,14 +1096,43 @@ class _Matcher:
             if stmt.optional and key in state.skipped:
                 yield from self.resolve(stmt.data_args[0], operand, state)
             return
-        for producer, s in self.producers(operand, state):
-            yield from self.match_stmt(index, stmt, producer, s)
-        if stmt.optional:
-            # the optional statement is absent: its output is its first data input
-            s = state.shared()
-            s.skipped += (_stmt_key(stmt, index),)
-            first = stmt.data_args[0]
-            yield from self.resolve(first, operand, s)
+        if not stmt.optional:
+            for producer, s in self.producers(operand, state):
+                yield from self.match_stmt(index, stmt, producer, s)
+            return
+        # An optional statement: its output is the node's if it matches here, else (the statement
+        # absent) its first data input, resolved in turn. The run of optional statements that follow
+        # one another so is walked in one loop, in the order the nested resolution takes them (each
+        # statement's matches, then those with it absent), trying only the statements whose op the
+        # producer has (`_SkipStep.takes`); a statement it lacks is counted as the attempt that
+        # `match_stmt` would count and refuse. The producers are the operand's at every step (the
+        # steps differ only in the statements absent).
+        steps, terminal = self.chains[var]
+        nodes = state.nodes
+        found = self.producers(operand, state)
+        before = state.skipped
+        absent: tuple[str, ...] = ()
+        for step in steps:
+            if step.key in nodes:
+                # reached again: resolved as that statement's own variable (the checks above)
+                s = state.shared()
+                s.skipped = before + absent
+                yield from self.resolve(step.var, operand, s)
+                return
+            ops = step.ops
+            for producer, s in found:
+                if producer.kind == "op" and (producer.op in ops or producer.target in ops) \
+                        or producer.kind == "layer" and step.takes(producer, self.ix):
+                    if absent:
+                        s = s.shared()
+                        s.skipped = before + absent
+                    yield from self.match_stmt(step.index, step.stmt, producer, s)
+                else:
+                    self.attempts += 1  # `match_stmt`'s count of a node whose op the statement lacks
+            absent += (step.key,)
+        s = state.shared()
+        s.skipped = before + absent
+        yield from self.resolve(terminal, operand, s)
 
     def producers(self, operand: Operand, state: _State) -> list | tuple:
         """The nodes that may produce `operand`, following assignments and, through `phi` merges,
@@ -1150,6 +1211,58 @@ def _ignorable_kwarg(node: Node, name: str) -> bool:
 
 # ---------------------------------------------------------------------------------------------
 # Driving: all rules over all methods
+
+
+class _SkipStep:
+    """One optional statement of a run (`_skip_chains`): its variable, index, statement and key, and
+    the op names of its alternatives that are not layer types."""
+
+    __slots__ = ("var", "index", "stmt", "key", "ops", "layers")
+
+    def __init__(self, var: str, index: int, stmt: PStmt) -> None:
+        self.var, self.index, self.stmt, self.key = var, index, stmt, _stmt_key(stmt, index)
+        self.ops = frozenset(a.name for a in stmt.all_ops if a.kind == "op")
+        self.layers = any(a.kind == "layer" for a in stmt.all_ops)
+
+    def takes(self, node: Node, ix: MethodIndex) -> bool:
+        """Whether `_Matcher.op_params` accepts `node` for one of the statement's alternatives (the
+        node's op is one the statement names), the same test without building the parameters."""
+        if node.kind == "op":
+            return node.op in self.ops or node.target in self.ops
+        if node.kind != "layer":
+            return False
+        if self.layers:
+            return True  # (a layer alternative's glob: `match_stmt` decides)
+        as_op = _layer_op(ix.layer_for(node))
+        return as_op is not None and as_op[0] in self.ops
+
+
+def _skip_chains(pattern: Pattern) -> dict[str, tuple[tuple[_SkipStep, ...], str]]:
+    """For each variable an optional statement defines: the run of optional statements that resolving
+    it walks while each is absent (the statement, then the one defining its first data input, and so
+    on), and the variable after the run (a required statement's output or a free variable). Computed
+    once per pattern."""
+    cached = _CHAINS.get(id(pattern))
+    if cached is not None and cached[0] is pattern:
+        return cached[1]
+    chains: dict[str, tuple[tuple[_SkipStep, ...], str]] = {}
+    for var, (index, stmt) in pattern.definers.items():
+        if not stmt.optional:
+            continue
+        steps = []
+        while True:
+            steps.append(_SkipStep(var, index, stmt))
+            var = stmt.data_args[0]
+            entry = pattern.definers.get(var)
+            if entry is None or not entry[1].optional or len(steps) > len(pattern.stmts):
+                break
+            index, stmt = entry
+        chains[steps[0].var] = (tuple(steps), var)
+    _CHAINS[id(pattern)] = (pattern, chains)  # holding the pattern keeps its id from being reused
+    return chains
+
+
+_CHAINS: dict[int, tuple[Pattern, dict[str, tuple[tuple[_SkipStep, ...], str]]]] = {}
 
 
 def sinks(pattern: Pattern) -> list[tuple[int, PStmt]]:

@@ -1374,8 +1374,20 @@ _READINGS = ("scores_permuted_back", "scaled_after_fill", "mask_view_round_trip"
 
 
 def _fullness(m: Match, ix: MethodIndex) -> tuple:
+    """How full a reading of the root `m` is (the greatest is chosen), computed once per match: the
+    readings' checks read the match's nodes and bindings, which analysis does not change, and of what
+    it changes only which masks are optional (`scaled_after_fill`), so the value is kept with those."""
+    optional = frozenset(m.optional & _OPTIONAL_READ) if m.optional else frozenset()
+    cached = m.fullness
+    if cached is not None and cached[0] == optional:
+        return cached[1]
     readable = not any(constraints.CHECKS[name](m, ix) for name in _READINGS if name in m.rule.constraints)
-    return (m.pattern is None or m.pattern.near_miss is None, readable, len(m.nodes), -len(m.extra_conditions))
+    value = (m.pattern is None or m.pattern.near_miss is None, readable, len(m.nodes), -len(m.extra_conditions))
+    m.fullness = (optional, value)
+    return value
+
+
+_OPTIONAL_READ = frozenset({"mask", "mask2"})  # the optional bindings a reading's check reads (`scaled_after_fill`)
 
 
 def _in_helper_of(small: Finding, large: Finding) -> bool:
