@@ -82,6 +82,16 @@ axes, a use of the parameter list on another branch of the `elif` chain choosing
 list filled by `append` over `model.named_parameters()` a list of parameters (OpenNMT's build_torch_optimizer, both
 calls): wild8 TP 16 FN 8 (R 0.667), all 305/0/34 (R 0.900).
 
+On 2026-12-06 a fill value read from the scores' dtype that also feeds a fill on a path the match
+does not take is kept with that path's original under the guard (imagen-video's causal fill: wild2 TP
+35 FN 0), an einsum label of the key alone placed among the shared batch labels is a batch axis
+(enformer's every sequence against every context: wild5 TP 15 FN 6), and keys and queries of unproven
+rank whose axes the code names twice by non-negative indices are tested at run time (coqui-tts's GST
+attention, twice: wild6 TP 35 FN 1): wild1-7 293/0/22 (R 0.930).
+Both merged (with a shape check of the scores that also reads a bias handed to the kernel kept, restated
+on the key, and a metadata read of the scores in local-attention's helper no longer an escape): wild8 TP 17 FN 7
+(R 0.708), all eight sets 310/0/29 (R 0.914).
+
 No look-alike is rewritten. Raise the figures when the engine improves; never lower them to
 let a change through. Every rewritten file must also compile and be left alone by a second scan."""
 
@@ -140,20 +150,20 @@ def test_precision_and_recall_against_the_labels(scanned, labels):
     wild4 = W.score(W.set_labels(labels, "wild4"), W.set_sites(every_site, "wild4"))
     _at_least(wild4, 20, 0, 2, 1.0, 0.90, "wild4")
     wild5 = W.score(W.set_labels(labels, "wild5"), W.set_sites(every_site, "wild5"))
-    _at_least(wild5, 14, 0, 7, 1.0, 0.66, "wild5")
+    _at_least(wild5, 15, 0, 6, 1.0, 0.71, "wild5")
     wild6 = W.score(W.set_labels(labels, "wild6"), W.set_sites(every_site, "wild6"))
-    _at_least(wild6, 33, 0, 3, 1.0, 0.91, "wild6")
+    _at_least(wild6, 35, 0, 1, 1.0, 0.97, "wild6")
     wild7 = W.score(W.set_labels(labels, "wild7"), W.set_sites(every_site, "wild7"))
     _at_least(wild7, 20, 0, 6, 1.0, 0.76, "wild7")
     wild8 = W.score(W.set_labels(labels, "wild8"), W.set_sites(every_site, "wild8"))
-    _at_least(wild8, 16, 0, 8, 1.0, 0.66, "wild8")
+    _at_least(wild8, 17, 0, 7, 1.0, 0.70, "wild8")
     labels = W.set_labels(labels, "wild1") + W.set_labels(labels, "wild2")
     sites = W.set_sites(every_site, "wild1") + W.set_sites(every_site, "wild2")
-    _at_least(W.score(labels, sites), 131, 0, 1, 1.0, 0.99, "all")
+    _at_least(W.score(labels, sites), 132, 0, 0, 1.0, 1.0, "all")
     _at_least(W.score(W.set_labels(labels, "wild1"), W.set_sites(sites, "wild1")), 97, 0, 0, 1.0, 1.0, "wild1")
-    _at_least(W.score(W.set_labels(labels, "wild2"), W.set_sites(sites, "wild2")), 34, 0, 1, 1.0, 0.97, "wild2")
+    _at_least(W.score(W.set_labels(labels, "wild2"), W.set_sites(sites, "wild2")), 35, 0, 0, 1.0, 1.0, "wild2")
     sdpa = W.score([lb for lb in labels if lb.rule == "sdpa-attention"], [s for s in sites if s.rule == "sdpa-attention"])
-    _at_least(sdpa, 103, 0, 2, 1.0, 0.98, "sdpa-attention")
+    _at_least(sdpa, 104, 0, 0, 1.0, 1.0, "sdpa-attention")
     norm_rules = {"layer-norm", "rms-norm"}
     norms = W.score([lb for lb in labels if lb.rule in norm_rules], [s for s in sites if s.rule in norm_rules])
     _at_least(norms, 20, 0, 0, 1.0, 1.0, "norms")
