@@ -51,7 +51,7 @@ from engine.dsl.ir import (
 )
 from engine.match.rule import OpAlt, PArg, Pattern, PStmt, Rule
 
-MAX_ATTEMPTS_PER_ROOT = 2000  # bound on backtracking per root node (reported when hit)
+MAX_ATTEMPTS_PER_ROOT = 2000  # bound on backtracking per root node (a near-miss where hit: scope `_search_bounds`)
 # reductions whose `keepdim=True` keeps the reduced axis as size 1 (`MethodIndex.keepdim_view`)
 _KEEPDIM_REDUCTIONS = {"mean", ".mean", "sum", ".sum", "var", ".var", ".amax", ".amin", "torch.amax", "torch.amin"}
 # keys of matched nodes that no pattern statement names (they start with "~"): an identity cast the
@@ -381,6 +381,8 @@ class MethodIndex:
         self.file = file
         self.cls = cls
         self.method = method
+        # (rule id, root) where `match_pattern` stopped at MAX_ATTEMPTS_PER_ROOT without a match
+        self.bounded: list[tuple[str, Node]] = []
         self._info = info
         self._uses: dict[str, list[Node]] | None = None
         self._phis: dict[int, Node] | None = None
@@ -1427,6 +1429,7 @@ def match_pattern(rule: Rule, pattern: Pattern, index: MethodIndex, relaxed: boo
 
     for node in roots:
         matcher.attempts = 0
+        before = len(out)
         for first in matcher.match_stmt(root_index, root, node, _State()):
             for state in complete(first, 0):
                 if any(first_key in state.skipped and any(k in state.nodes for k in later)
@@ -1440,6 +1443,10 @@ def match_pattern(rule: Rule, pattern: Pattern, index: MethodIndex, relaxed: boo
                                  state.conds.copy(), index.cond_text, state.skipped, state.relaxed, pattern))
                 if extra and not state.relaxed:
                     break  # one exact completion per root is enough
+        if matcher.attempts > MAX_ATTEMPTS_PER_ROOT and len(out) == before:
+            # the search stopped before it was done and found nothing here: a match may have been
+            # missed, which `engine.match.scope` reports as a near-miss at this root
+            index.bounded.append((rule.id, node))
     return out
 
 

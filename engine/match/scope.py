@@ -10,7 +10,15 @@ from engine.analysis.numbers import tree_of
 from engine.analysis.shapes import CASTS
 from engine.dsl.ir import HELPER_CONDITION, Cond, Const, FileModel, Node, Pos, Sym, Var
 from engine.match import constraints
-from engine.match.matcher import FileIndexes, Finding, Match, MethodIndex, constant_truth, match_method
+from engine.match import matcher as _matcher
+from engine.match.matcher import (
+    FileIndexes,
+    Finding,
+    Match,
+    MethodIndex,
+    constant_truth,
+    match_method,
+)
 from engine.match.rewritten_form import in_rewritten_form
 from engine.match.rule import Rule
 
@@ -1268,9 +1276,31 @@ def _find_rule(rule: Rule, indexes: list[MethodIndex], near_misses: bool) -> lis
         relaxed_seen.add(key)
         if not in_rewritten_form(m, ix):
             results.append(analyse(m, ix, [m]))
+    results.extend(_search_bounds(rule, indexes, results))
     results = _drop_contained(_without_partners([f for f in results if f is not None]))
     results.sort(key=lambda f: (f.file, f.line, f.rule_id))
     return results
+
+
+def _search_bounds(rule: Rule, indexes: list[MethodIndex], results: list[Finding | None]) -> list[Finding]:
+    """A near-miss at each root where the search for `rule` stopped at its bound
+    (`engine.match.matcher.MAX_ATTEMPTS_PER_ROOT`) without a match and no other finding covers: the code there may
+    hold a site the search did not finish looking for, and the user is told so."""
+    covered = {p for f in results if f is not None for p in f.locations}
+    out: list[Finding] = []
+    seen: set[Pos] = set()
+    for ix in indexes:
+        for rule_id, node in ix.bounded:
+            pos = node.pos
+            if rule_id != rule.id or pos is None or pos in covered or pos in seen:
+                continue
+            seen.add(pos)
+            out.append(Finding(rule.id, "near-miss", ix.file.path, ix.cls.name, ix.method.name, pos.line,
+                               pos.end_line, rule.summary,
+                               f"not searched to the end: the matcher stopped after {_matcher.MAX_ATTEMPTS_PER_ROOT} attempts "
+                               "at this statement without a match (a site here may have been missed)",
+                               [pos], list(node.via)))
+    return out
 
 
 def _root_place(f: Finding) -> tuple[int, int]:
