@@ -21,7 +21,10 @@ tabular: pytorch-tabular; self-supervised vision: lightly; audio and music gener
 musiclm-pytorch; vision-language: flamingo-pytorch, CoCa-pytorch; memory-augmented LM: memorizing-transformers-pytorch;
 linear attention: performer-pytorch), and `wild8`, six more held out the same way (windowed attention: local-attention;
 LSH attention: reformer-pytorch; machine translation: OpenNMT-py, sockeye; audio generation: stable-audio-tools;
-annotated paper implementations: a subset of labml-nn's transformer, normalization and optimizer modules).
+annotated paper implementations: a subset of labml-nn's transformer, normalization and optimizer modules), and `wild9`, six
+more held out the same way (segmentation: segmentation-models-pytorch; text-to-image diffusion: DALLE2-pytorch;
+contrastive vision-language: x-clip; tabular: tab-transformer-pytorch; vocoder: vocos; retrieval-augmented LM:
+RETRO-pytorch).
 
     python benchmarks/wild_corpus.py              # score table, disagreements, compile/idempotence
     python benchmarks/wild_corpus.py --set wild2  # one set only
@@ -283,6 +286,20 @@ PACKAGES: tuple[Package, ...] = (
         "normalization/layer_norm/__init__", "normalization/batch_norm/__init__", "normalization/group_norm/__init__",
         "normalization/instance_norm/__init__", "normalization/batch_channel_norm/__init__",
         "normalization/weight_standardization/__init__", "optimizers/configs", "helpers/optimizer")), "wild8"),
+    # wild9: held out, labelled by reading the code, by what a correct rewrite could do, before the tool ran on it
+    Package("segmentation-models-pytorch", "segmentation-models-pytorch", "0.6.0", "semantic segmentation", tuple(
+        f"segmentation_models_pytorch/{m}.py" for m in (
+            "encoders/mix_transformer", "decoders/manet/decoder", "decoders/upernet/decoder", "decoders/segformer/decoder",
+            "decoders/dpt/decoder", "base/modules")), "wild9"),
+    Package("DALLE2-pytorch", "DALLE2-pytorch", "1.15.6", "text-to-image diffusion",
+            tuple(f"dalle2_pytorch/{m}.py" for m in ("dalle2_pytorch", "vqgan_vae", "optimizer")), "wild9"),
+    Package("x-clip", "x-clip", "0.14.4", "contrastive vision-language", ("x_clip/*.py",), "wild9"),
+    Package("tab-transformer-pytorch", "tab-transformer-pytorch", "0.6.1", "tabular", ("tab_transformer_pytorch/*.py",),
+            "wild9"),
+    Package("vocos", "vocos", "0.1.0", "neural vocoder",
+            tuple(f"vocos/{m}.py" for m in ("experiment", "modules", "models", "heads", "discriminators")), "wild9"),
+    Package("RETRO-pytorch", "RETRO-pytorch", "0.3.9", "retrieval-augmented language model",
+            tuple(f"retro_pytorch/{m}.py" for m in ("retro_pytorch", "optimizer", "training")), "wild9"),
 )
 SETS: tuple[str, ...] = tuple(dict.fromkeys(p.set for p in PACKAGES))
 

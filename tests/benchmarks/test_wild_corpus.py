@@ -1,5 +1,5 @@
 """The default rules on model code from outside the transformers corpus (benchmarks/wild_corpus.py):
-sets of libraries at pinned versions (wild1: nine, wild2: fourteen, wild3: labelled later), scored against labels read
+sets of libraries at pinned versions (wild1: nine, wild2: fourteen, wild3 to wild9: labelled later), scored against labels read
 from the code by what a correct rewrite could do, not by what the rules can do today.
 
 The figures below are a ratchet, a regression guard set to what today's engine reaches on those
@@ -92,6 +92,12 @@ Both merged (with a shape check of the scores that also reads a bias handed to t
 on the key, and a metadata read of the scores in local-attention's helper no longer an escape): wild8 TP 17 FN 7
 (R 0.708), all eight sets 310/0/29 (R 0.914).
 
+wild9 (segmentation-models-pytorch, DALLE2-pytorch, x-clip, tab-transformer-pytorch, vocos, RETRO-pytorch), held out
+and labelled the same way before the tool ran on it, has its own figures: on 2026-12-06, at its first scan, TP 14  FP 0
+FN 3  TN 7   P 1.000  R 0.824 (misses: a weight standardization whose mean is an einops reduce and whose variance is
+taken on a flattened view, a channels-first VQGAN attention with a helper's bias and a helper's shifted softmax, and
+AdamW groups whose lists are built with list() from sets).
+
 No look-alike is rewritten. Raise the figures when the engine improves; never lower them to
 let a change through. Every rewritten file must also compile and be left alone by a second scan."""
 
@@ -144,7 +150,7 @@ def _at_least(result: W.Score, tp: int, fp: int, fn: int, precision: float, reca
 def test_precision_and_recall_against_the_labels(scanned, labels):
     _, scans = scanned
     every_site = [s for scan in scans for s in scan.sites]
-    # the figures below were set on wild1 and wild2; wild3 to wild8, labelled later, have ratchets of their own
+    # the figures below were set on wild1 and wild2; wild3 to wild9, labelled later, have ratchets of their own
     wild3 = W.score(W.set_labels(labels, "wild3"), W.set_sites(every_site, "wild3"))
     _at_least(wild3, 71, 0, 7, 1.0, 0.91, "wild3")
     wild4 = W.score(W.set_labels(labels, "wild4"), W.set_sites(every_site, "wild4"))
@@ -157,6 +163,8 @@ def test_precision_and_recall_against_the_labels(scanned, labels):
     _at_least(wild7, 20, 0, 6, 1.0, 0.76, "wild7")
     wild8 = W.score(W.set_labels(labels, "wild8"), W.set_sites(every_site, "wild8"))
     _at_least(wild8, 17, 0, 7, 1.0, 0.70, "wild8")
+    wild9 = W.score(W.set_labels(labels, "wild9"), W.set_sites(every_site, "wild9"))
+    _at_least(wild9, 14, 0, 3, 1.0, 0.82, "wild9")
     labels = W.set_labels(labels, "wild1") + W.set_labels(labels, "wild2")
     sites = W.set_sites(every_site, "wild1") + W.set_sites(every_site, "wild2")
     _at_least(W.score(labels, sites), 132, 0, 0, 1.0, 1.0, "all")
