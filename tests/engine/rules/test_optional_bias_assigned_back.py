@@ -106,3 +106,43 @@ def test_no_kernel_reads_a_name_that_is_not_the_merge(source):
     found, new = statuses(source)
     assert found and all(status != "rewritten" for status, _ in found), found
     assert "attn_mask=attn_bias, scale" not in new.replace("\n", "")
+
+
+# local-attention's windowed step: the bias repeated over the batch on its branch, then a padding fill
+FILLED = HEADER + '''
+class Attention(nn.Module):
+    def forward(self, q, k, v, pad_mask, attn_bias=None):
+        b = q.shape[0]
+        sim = torch.einsum('b h i e, b h j e -> b h i j', q, k) * q.shape[-1] ** -0.5
+
+        if exists(attn_bias):
+            heads = attn_bias.shape[0]
+            attn_bias = attn_bias.repeat(b // heads, 1, 1, 1)
+            sim = sim + attn_bias
+
+        sim = sim.masked_fill(pad_mask, -torch.finfo(sim.dtype).max)
+        attn = sim.softmax(dim = -1)
+        return torch.einsum('b h i j, b h j e -> b h i e', attn, v)
+'''
+
+
+@pytest.mark.parametrize("given", [True, False], ids=["bias", "no-bias"])
+def test_with_a_fill_the_bias_is_tested_once(given):
+    found, new = statuses(FILLED)
+    assert [status for status, _ in found] == ["rewritten"]
+    assert "if exists(attn_bias):\n            heads = attn_bias.shape[0]\n" in new
+    assert "attn_bias if attn_bias is not None else 0.0" in new
+    assert new.count("scaled_dot_product_attention(") == 1
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(4, 2, 5, 8, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    pad = torch.zeros(4, 2, 5, 5, dtype=torch.bool)
+    pad[0, :, :, -2:] = True
+    pad[1, 0] = True  # every key masked: the original averages the values, so must the rewrite
+    bias = torch.randn(2, 2, 5, 5, generator=g, dtype=torch.float64) if given else None
+    results = []
+    for source in (FILLED, new):
+        out = namespace(source)["Attention"]()(q, k, v, pad, bias)
+        grads = torch.autograd.grad(out.sum(), (q, k, v))
+        results.append([out, *grads])
+    for a, b in zip(*results, strict=True):
+        torch.testing.assert_close(a, b)
