@@ -286,7 +286,7 @@ def tidy_imports(original: str, tree: ast.Module, text: str, new_line: Callable[
                     text_tree.append(None)
             owner = _owner_of(tree, min(where_before) + 1)
             after_tree = text_tree[0]
-            if owner is not None and after_tree is not None and _read_by_itself(tree, owner, attr) \
+            if owner is not None and after_tree is not None and _read_by_itself(tree, owner, attr, skip=min(where_before) + 1) \
                     and not _read_by_itself(after_tree, owner, attr, skip=min(where_after) + 1):
                 delete |= where_after
                 build_lines.add(min(where_after))

@@ -38,6 +38,13 @@ class Pool(nn.Module):
 
     def forward(self, x):
         return (self.attend(x) * x).sum(-1)
+
+
+class Built(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attend = nn.Softmax(dim=-1)
+        self.size = 4
 '''
 
 
@@ -46,7 +53,8 @@ def test_orphaned_in_its_class_goes_with_its_comment():
     assert "scaled_dot_product_attention(" in new
     assert "        self.scale = 8 ** -0.5\n\n        self.out = nn.Identity()\n" in new
     assert "Softmax for attention" not in new
-    assert new.count("self.attend = nn.Softmax(dim=-1)") == 1  # Pool's own stays
+    # Pool's own stays, and Built's, which nothing read before the rewrite either (not its orphan)
+    assert new.count("self.attend = nn.Softmax(dim=-1)") == 2
     assert "return (self.attend(x) * x).sum(-1)" in new
 
 
@@ -58,4 +66,4 @@ def test_orphaned_in_its_class_goes_with_its_comment():
 def test_read_elsewhere_it_stays(extra):
     new = rewrite(SOURCE + extra)
     assert "scaled_dot_product_attention(" in new
-    assert new.count("self.attend = nn.Softmax(dim=-1)") == 2
+    assert new.count("self.attend = nn.Softmax(dim=-1)") == 3
