@@ -817,11 +817,42 @@ def _covered(match: Match, cid: int, taken: bool, siblings: list[Match], ix: Met
             match.optional.update(cast)
             match.optional_through.update({key: _source_name(subject.name) for key in cast})
             return True
+        # the binding is a value of the variable that the code assigns back to its name on this
+        # branch (local-attention's `attn_bias = attn_bias[..., -1:, -k_len:]`): after the merge the
+        # name holds it where the variable is set and None elsewhere, and the kernel reads the name
+        merged = [key for key, v in match.bindings.items() if isinstance(v, Var) and key in _SUMMED
+                  and not summed and isinstance(subject, Var)
+                  and _assigned_back(match, v, subject, cid, compare.op == "compare:isnot", taken, ix)]
+        if merged:
+            match.optional.update(merged)
+            return True
         if isinstance(subject, Var) and _optional_fill(match, subject, cid, ix) is not None:
             return True
         if isinstance(subject, Var) and _optional_fold(match, subject, cid, ix) is not None:
             return True
     return False
+
+
+def _assigned_back(match: Match, value: Var, subject: Var, cid: int, set_branch: bool, taken: bool,
+                   ix: MethodIndex) -> bool:
+    """`value` is assigned to the tested `subject`'s name on the branch of decision `cid` where the
+    subject is set (`set_branch`, which the match takes), and the merge of that decision is the
+    name's value at the match's root (nothing assigns the name again in between): there the name
+    holds `value` where the subject was set and the subject itself, None, elsewhere, which is the
+    kernel's optional mask."""
+    if taken != set_branch or _source_name(value.name) != _source_name(subject.name):
+        return False
+    order = {id(n): i for i, n in enumerate(ix.method.nodes)}
+    root_at = order.get(id(match.root), -1)
+    base = _source_name(subject.name)
+    latest = None
+    for node in ix.method.nodes[:root_at]:
+        if node.via == match.root.via and any(_source_name(o) == base for o in node.outputs):
+            latest = node
+    if latest is None or latest.kind != "phi" or latest.kwarg("if") != Const(cid) or len(latest.inputs) != 2:
+        return False
+    on_set, elsewhere = latest.inputs if set_branch else latest.inputs[::-1]
+    return on_set == value and elsewhere == subject
 
 
 def _tested(cid: int, ix: MethodIndex) -> Var | None:

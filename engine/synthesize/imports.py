@@ -200,6 +200,38 @@ def _without(stmt: ast.Import | ast.ImportFrom, names: set[str], line: str) -> s
     return head + text + (f"  {comment}" if comment else "") + "\n"
 
 
+def _owner_of(tree: ast.Module, line: int) -> str | None:
+    """The name of the top-level class whose body holds `line` (1-based)."""
+    return next((c.name for c in tree.body if isinstance(c, ast.ClassDef)
+                 and c.lineno <= line <= (c.end_lineno or c.lineno)), None)
+
+
+def _read_by_itself(tree: ast.Module, owner: str, attr: str, skip: int | None = None) -> bool:
+    """Whether `<x>.<attr>` (or the string `attr`) may be read in `tree` other than as another
+    class's own `self.<attr>`: inside class `owner` (but on line `skip`, its construction), or
+    anywhere else than in a method of a top-level class unrelated to `owner` by inheritance in the
+    file (a subclass or base reads the same attribute), or through another receiver than `self`."""
+    classes = {c.name: c for c in tree.body if isinstance(c, ast.ClassDef)}
+
+    def bases(name: str, seen: frozenset[str] = frozenset()) -> set[str]:
+        cls = classes.get(name)
+        if cls is None or name in seen:
+            return set()
+        direct = {b.id for b in cls.bases if isinstance(b, ast.Name)}
+        return direct.union(*(bases(b, seen | {name}) for b in direct))
+
+    related = {owner} | bases(owner) | {n for n in classes if owner in bases(n)}
+    others = {id(node): name for name, cls in classes.items() if name not in related for node in ast.walk(cls)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and node.value == attr:
+            return True
+        if not isinstance(node, ast.Attribute) or node.attr != attr or node.lineno == skip:
+            continue
+        if id(node) not in others or not (isinstance(node.value, ast.Name) and node.value.id == "self"):
+            return True
+    return False
+
+
 def tidy_imports(original: str, tree: ast.Module, text: str, new_line: Callable[[int], int | None],
                  needed: list[str], used: set[str], aliases: dict[str, str], is_package_init: bool = False,
                  kept: list[tuple[int, int, int]] | None = None) -> str:
@@ -224,6 +256,7 @@ def tidy_imports(original: str, tree: ast.Module, text: str, new_line: Callable[
         return None if start is None or end is None else set(range(start - 1, end))
 
     delete: set[int] = set()  # 0-based lines of `text`
+    build_lines: set[int] = set()  # the first lines of the deleted module constructions
     replace: dict[int, str] = {}
     if not is_package_init:
         import_lines_before = set().union(*(span(s, False) or set() for s in imports)) if imports else set()
@@ -235,10 +268,28 @@ def tidy_imports(original: str, tree: ast.Module, text: str, new_line: Callable[
         bare_before, attrs_before = _mentions(original, import_names, build_attrs)
         bare_after, attrs_after = _mentions(text, import_names, build_attrs) if kept is None else \
             _mentions_edited(original, text, kept, (bare_before, attrs_before), import_names, build_attrs)
+        text_tree: list[ast.Module | None] = []
         for attr, where_before, where_after in builds:
             # mentioned elsewhere than its own construction before the rewrite, nowhere after it
-            if _outside(attrs_before, attr, where_before) and not _outside(attrs_after, attr, where_after):
+            if not _outside(attrs_before, attr, where_before):
+                continue
+            if not _outside(attrs_after, attr, where_after):
                 delete |= where_after
+                build_lines.add(min(where_after))
+                continue
+            # mentioned after it only as other classes' own `self.<attr>` (retro's three attention
+            # classes each build and read their own `self.softmax`): orphaned in its class
+            if not text_tree:
+                try:
+                    text_tree.append(ast.parse(text))
+                except SyntaxError:
+                    text_tree.append(None)
+            owner = _owner_of(tree, min(where_before) + 1)
+            after_tree = text_tree[0]
+            if owner is not None and after_tree is not None and _read_by_itself(tree, owner, attr, skip=min(where_before) + 1) \
+                    and not _read_by_itself(after_tree, owner, attr, skip=min(where_after) + 1):
+                delete |= where_after
+                build_lines.add(min(where_after))
         kept_text = None
         unused_before: set[str] | None = None
         unused_after: set[str] | None = None
@@ -271,6 +322,16 @@ def tidy_imports(original: str, tree: ast.Module, text: str, new_line: Callable[
             elif orphaned:
                 (index,) = where
                 replace[index] = _without(stmt, orphaned, lines[index])
+    for index in sorted(build_lines):  # the comment lines heading a deleted construction alone go with it
+        above = index - 1
+        while above >= 0 and above not in delete and lines[above].lstrip().startswith("#"):
+            above -= 1
+        below = index + 1
+        while below in delete:
+            below += 1
+        if above < index - 1 and (above < 0 or not lines[above].strip()) \
+                and (below >= len(lines) or not lines[below].strip()):
+            delete |= set(range(above + 1, index))
     for index in sorted(delete):  # a deleted line between two blank ones leaves one blank line, not two
         before, after = index - 1, index + 1
         while before in delete:

@@ -1270,10 +1270,20 @@ class Synthesizer:
             return new_stmt, {}
         first = min(earlier, key=lambda stmt: positions[id(stmt)])
         lines = getattr(first, "leading_lines", ())
-        if not lines or lines[0].comment is not None:
-            return new_stmt, {}
         gone = set(removable)
         kept = next(stmt for stmt in body[positions[id(first)]:] if stmt not in gone)
+        if kept is not anchor and below:
+            # a kept statement between the removed ones (`if exists(bias): ...`): the blank line that
+            # set the removed statements right above the new one off from it stays too
+            last = max(positions[id(stmt)] for stmt in earlier)
+            between = list(itertools.takewhile(lambda stmt: stmt in gone, body[last::-1]))
+            spaced = any(getattr(stmt, "leading_lines", ()) and stmt.leading_lines[0].comment is None
+                         for stmt in between)
+            if spaced and last == positions[id(anchor)] - 1 and hasattr(new_stmt, "leading_lines") \
+                    and not new_stmt.leading_lines:
+                new_stmt = new_stmt.with_changes(leading_lines=[cst.EmptyLine(indent=False)])
+        if not lines or lines[0].comment is not None:
+            return new_stmt, {}
         if kept is not anchor and below:
             current = changed.get(kept, kept)
             if any(ln.comment is None for ln in getattr(current, "leading_lines", [None])):

@@ -84,3 +84,42 @@ def test_near_misses_are_not_rewritten(source):
     found, new = statuses(source)
     assert new == source, found
     assert all(status == "near-miss" for status, _ in found), found
+
+
+# labml's RETRO cross attention: each retrieved neighbour attends to the chunk that retrieved it;
+# the keys and values have no neighbour axis `n`, which the kernel's 6-D operands get as a size-1
+# axis expanded (a view: the math path that 6-D operands take broadcasts them the same way)
+NEIGHBOURS = """
+import torch
+from torch import nn
+
+
+class CrossAttention(nn.Module):
+    def __init__(self, d_k=4):
+        super().__init__()
+        self.scale = d_k ** -0.5
+        self.softmax = nn.Softmax(dim=-1)
+
+    def forward(self, q, k, v):
+        attn = torch.einsum('bcnihd,bcjhd->bcnhij', q, k)
+        attn = attn * self.scale
+        attn = self.softmax(attn)
+        return torch.einsum("bcnhij,bcjhd->bcnihd", attn, v)
+"""
+
+
+def test_neighbours_against_their_chunk():
+    new = rewrite(NEIGHBOURS)
+    assert "einsum(" not in new and new.count("scaled_dot_product_attention(") == 1
+    assert "k.transpose(2, 3).unsqueeze(2).expand(-1, -1, q.shape[2], -1, -1, -1)" in new
+    assert "nn.Softmax" not in new  # read by nothing else: no parameters, the state_dict is the same
+    outs = []
+    for source in (NEIGHBOURS, new):
+        g = torch.Generator().manual_seed(0)
+        q = torch.randn(2, 3, 2, 5, 3, 4, generator=g, dtype=torch.float64, requires_grad=True)  # (b, c, n, i, h, d)
+        k, v = (torch.randn(2, 3, 6, 3, 4, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(2))
+        out = namespace(source)["CrossAttention"]()(q, k, v)
+        out.sum().backward()
+        outs.append([out, q.grad, k.grad, v.grad])
+    for a, b in zip(*outs, strict=True):
+        torch.testing.assert_close(a, b)
