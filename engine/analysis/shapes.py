@@ -149,6 +149,12 @@ MAX_CALL_DEPTH = 3  # calls of the repository's modules followed into, one insid
 _LAST_AXIS_LAYERS = {"torch.nn.Linear", "torch.nn.LazyLinear", "transformers.pytorch_utils.Conv1D"}
 _FACTORIES = {"torch.ones", "torch.zeros", "torch.randn", "torch.rand", "torch.empty", "torch.full", "torch.tensor"}
 _PARAM_WRAPPERS = {"torch.nn.Parameter", "torch.nn.parameter.Parameter"}
+# the rank of `self.weight` that the constructor of a base class makes (`ShapeFacts._inherited_weight`)
+_INHERITED_WEIGHT_RANK = {
+    **{f"torch.nn.{kind}{n}d": n + 2 for kind in ("Conv", "ConvTranspose", "LazyConv", "LazyConvTranspose")
+       for n in (1, 2, 3)},
+    "torch.nn.Linear": 2,
+}
 
 
 # reductions over constant dimensions: the input's axes less those reduced, or kept as size 1
@@ -1560,8 +1566,32 @@ class ShapeFacts:
             arg = defs[0].args[0]
             if isinstance(arg, Sym):
                 found = _constructor_shape(arg.text)
+        elif not defs and text == "self.weight":
+            found = self._inherited_weight()
         self._attrs[text] = found
         return found
+
+    def _inherited_weight(self) -> Shape | None:
+        """The shape of `self.weight` of a class derived directly from a torch convolution or
+        `nn.Linear` (a weight-standardized `nn.Conv2d`): the base's constructor makes it, of rank
+        2 + the number of spatial dims for a convolution ((out, in / groups, *kernel); transposed:
+        (in, out / groups, *kernel)) and 2 for a linear layer, whatever the arguments. None where the
+        class assigns, deletes or registers `weight` itself anywhere (or its source is unreadable)."""
+        assert self.cls is not None
+        ranks = {_INHERITED_WEIGHT_RANK[b] for b in self.cls.bases if b in _INHERITED_WEIGHT_RANK}
+        if len(ranks) != 1 or len(self.cls.bases) != 1 or self.cls.pos is None:
+            return None
+        tree = numbers.tree_of(self.cls.pos.file)
+        node = next((n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == self.cls.name
+                     and n.lineno == self.cls.pos.line), None) if tree is not None else None
+        if node is None:
+            return None
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Attribute) and sub.attr == "weight" and isinstance(sub.ctx, (ast.Store, ast.Del)):
+                return None
+            if isinstance(sub, ast.Constant) and sub.value == "weight":
+                return None  # `register_parameter("weight", ...)`, `setattr(self, "weight", ...)`
+        return Shape(tuple(fresh() for _ in range(ranks.pop())), True)
 
 
 def callee_class(file: str, qualified: str) -> ClassModel | None:
@@ -1985,3 +2015,117 @@ class _Lengths:
                 return self.k
             return self.call(e.func.id, [self.text_value(a, env) for a in e.args])
         raise _NotProven
+
+
+def _einops_sides(pattern: str, rank: int | None) -> tuple[list[list[str]], list[list[str]]] | None:
+    """The axes of both sides of an einops pattern, each top-level group as the list of the axis
+    names it holds (a name alone: one item; `(h d)`: two; `1`: none; `...` expanded to one name per
+    axis it covers, `...0`, `...1`, ..., which needs the input's `rank`). None where the pattern
+    cannot be read so (`...` with the rank unknown, a name twice on a side, an anonymous size
+    other than 1, a malformed side)."""
+    if "->" not in pattern:
+        return None
+    lhs, _, rhs = pattern.partition("->")
+    left, right = _einops_groups(lhs), _einops_groups(rhs)
+    if left is None or right is None or any(g.startswith("(") for g in left):
+        return None
+    dots = sum(g == "..." for g in left)
+    if dots > 1 or (dots and rank is None) or (rank is not None and len(left) - dots > rank) \
+            or (not dots and rank is not None and len(left) != rank):
+        return None
+    covered = [f"...{i}" for i in range(rank - (len(left) - 1))] if dots and rank is not None else []
+
+    def expand(groups: list[str]) -> list[list[str]] | None:
+        out = []
+        for group in groups:
+            items = group.strip("()").split() if group.startswith("(") else [group]
+            names: list[str] = []
+            for item in items:
+                if item == "...":
+                    names.extend(covered)
+                elif item.isidentifier():
+                    names.append(item)
+                elif item != "1":
+                    return None
+            if group == "1" or names or group.startswith("("):
+                out.append(names)
+            else:
+                out.append([])  # `...` covering no axis
+        return out
+
+    lsides, rsides = expand(left), expand(right)
+    if lsides is None or rsides is None:
+        return None
+
+    def spread(groups: list[list[str]], texts: list[str]) -> list[list[str]]:
+        out: list[list[str]] = []  # `...` outside parentheses: one group per axis it covers
+        for group, text in zip(groups, texts, strict=True):
+            out.extend([[n] for n in group] if text == "..." else [group])
+        return out
+
+    lsides, rsides = spread(lsides, left), spread(rsides, right)
+    lnames = [n for g in lsides for n in g]
+    rnames = [n for g in rsides for n in g]
+    if len(set(lnames)) != len(lnames) or len(set(rnames)) != len(rnames) or not set(rnames) <= set(lnames):
+        return None
+    return lsides, rsides
+
+
+def einops_reduction(pattern: str, rank: int | None) -> tuple[tuple[int, ...], bool] | None:
+    """Where the einops pattern of `reduce` only reduces axes of an input of `rank` axes (`'o ... ->
+    o 1 1 1'` of a 4-D tensor, `'b c h w -> b c'`): the positions of the reduced axes, and whether
+    each is kept as a size-1 axis in its place (`keepdim=True`) rather than dropped. The kept axes
+    stay in their order, ungrouped; the reduced ones are all replaced by `1` where they were or all
+    dropped. None for any other pattern (a permute, a grouping, a new axis, a rank unknown where
+    `...` is written)."""
+    sides = _einops_sides(pattern, rank)
+    if sides is None:
+        return None
+    left, right = sides
+    if any(len(g) != 1 for g in left) or any(len(g) > 1 for g in right):
+        return None
+    names = [g[0] for g in left]
+    kept = [g[0] for g in right if g]
+    reduced = tuple(i for i, n in enumerate(names) if n not in kept)
+    if not reduced or kept != [n for n in names if n in kept]:
+        return None
+    if len(right) == len(left) and all(r == [n] if n in kept else r == [] for n, r in zip(names, right, strict=True)):
+        return reduced, True
+    if len(right) == len(kept):
+        return reduced, False
+    return None
+
+
+def einops_flattened_from(pattern: str, rank: int | None) -> int | None:
+    """Where the einops pattern of `rearrange` flattens the trailing axes of an input of `rank` axes
+    into its last axis, in order (`'o ... -> o (...)'`, `'b c h w -> b (c h w)'`): the position of
+    the first flattened axis, the leading ones kept as they are. None for any other pattern."""
+    sides = _einops_sides(pattern, rank)
+    if sides is None:
+        return None
+    left, right = sides
+    if any(len(g) != 1 for g in left) or len(right) < 2 or any(len(g) != 1 for g in right[:-1]):
+        return None
+    names = [g[0] for g in left]
+    start = len(right) - 1
+    if [g[0] for g in right[:-1]] != names[:start] or right[-1] != names[start:] or len(names) - start < 1:
+        return None
+    return start
+
+
+def einops_unit_tail(pattern: str) -> tuple[int, int] | None:
+    """Where the einops pattern of `rearrange` appends size-1 axes after all the axes of its input,
+    kept in order (`'o -> o 1 1 1'`): the input's rank (the pattern names each axis) and how many
+    axes it appends. None for any other pattern."""
+    if "..." in pattern:
+        return None
+    lhs = pattern.partition("->")[0]
+    groups = _einops_groups(lhs)
+    sides = _einops_sides(pattern, len(groups)) if groups is not None else None
+    if sides is None:
+        return None
+    left, right = sides
+    if any(len(g) != 1 for g in left) or right[:len(left)] != left or any(right[len(left):]) \
+            or len(right) == len(left):
+        return None
+    return len(left), len(right) - len(left)

@@ -32,7 +32,13 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from engine.analysis.contraction import ONE_ROW, ONE_ROW_OF_COLUMN, squeezed_product, summed_product
-from engine.analysis.shapes import CASTS, ShapeFacts
+from engine.analysis.shapes import (
+    CASTS,
+    ShapeFacts,
+    einops_flattened_from,
+    einops_reduction,
+    einops_unit_tail,
+)
 from engine.dsl import canonical as C
 from engine.dsl.ir import (
     ClassModel,
@@ -63,8 +69,11 @@ VIEW_KEY = "~view:"
 # tensor itself): the match passes through them as through an identity cast (`_Matcher.producers`)
 _SAME_VALUES = {".contiguous", ".clone"}
 # the ops of a node that `_Matcher.producers` may read as another (a cast, a copy, the views of
-# `MethodIndex`: keepdim_view, max_view, product_view, transposed_view)
-_SEEN_THROUGH = frozenset({*CASTS, *_SAME_VALUES, ".unsqueeze", "torch.unsqueeze", "getitem", ".squeeze", "transpose"})
+# `MethodIndex`: keepdim_view, max_view, einops_view, shifted_softmax_view, product_view, transposed_view)
+_SEEN_THROUGH = frozenset({*CASTS, *_SAME_VALUES, ".unsqueeze", "torch.unsqueeze", "getitem", ".squeeze", "transpose",
+                           "einops.reduce", "einops.rearrange", "softmax"})
+# einops `reduce`'s reductions as the torch reductions of the same values (`MethodIndex.einops_view`)
+_EINOPS_REDUCTIONS = {"mean": "mean", "sum": "sum", "max": ".amax", "min": ".amin"}
 # ops whose result is a tensor made from their first operand, a tensor (a method that None lacks, an
 # operator that None does not take): a test of such a value against None is decided
 _TENSOR_RESULTS = {".contiguous", ".clone", ".permute", ".transpose", "transpose", ".view", ".reshape", ".unsqueeze",
@@ -450,6 +459,7 @@ class MethodIndex:
             names = {n.op for n in nodes}
             names.update([n.target for n in nodes])
             names |= self.info.layer_ops
+            _add_view_names(names)
             self._names = names
         return self._names
 
@@ -674,6 +684,177 @@ class MethodIndex:
         self._keepdim[id(node)] = view
         return view
 
+    def einops_view(self, node: Node) -> Node | None:
+        """einops' `reduce(x, pattern, r)` whose pattern only reduces axes of x (`'o ... -> o 1 1 1'`
+        of a 4-D x: engine/analysis/shapes.py `einops_reduction`), seen as the torch reduction over
+        those axes (`x.mean(dim=(1, 2, 3), keepdim=True)`; `max`/`min` as `amax`/`amin`), kept as
+        size 1 in place or dropped as the pattern says; and a reduction over the last axis of x with
+        its trailing axes flattened into one (`rearrange(x, 'o ... -> o (...)')`, `x.flatten(k)`),
+        its result given size-1 axes in their place again (`rearrange(v, 'o -> o 1 1 1')`), each
+        read only by the next, seen as the reduction over those trailing axes of x with
+        `keepdim=True` (the same elements reduced: the biased variance of the flattened rows is the
+        variance over the axes they hold). x's rank must be proven where `...` or the flatten
+        leaves it open. None for any other node. The view stands for the nodes it replaces."""
+        if node.kind != "op" or node.op not in ("einops.reduce", "einops.rearrange") or len(node.outputs) != 1 \
+                or not node.inputs or not isinstance(node.inputs[0], Var):
+            return None
+        cached = self._keepdim.get(id(node), False)
+        if cached is not False:
+            return cached
+        view = None
+        pattern = node.inputs[1] if len(node.inputs) > 1 else node.kwarg("pattern")
+        text = pattern.value if isinstance(pattern, Const) and isinstance(pattern.value, str) else None
+        if text is not None and node.op == "einops.reduce":
+            how = node.inputs[2] if len(node.inputs) > 2 else node.kwarg("reduction")
+            op = _EINOPS_REDUCTIONS.get(how.value) if isinstance(how, Const) and isinstance(how.value, str) else None
+            found = einops_reduction(text, self.shapes.rank(node.inputs[0])) if op is not None \
+                and len(node.inputs) <= 3 and {k for k, _ in node.kwargs} <= {"pattern", "reduction"} else None
+            if found is not None:
+                dims, keep = found
+                kwargs = (("dim", Const(dims[0] if len(dims) == 1 else dims)), ("keepdim", Const(keep)))
+                view = Node("op", op, node.inputs[:1], kwargs, node.outputs, None, node.guard, node.pos,  # type: ignore[arg-type]
+                            node.via)
+                self.stands_for[id(view)] = (node,)
+        elif text is not None and len(node.inputs) == 2 and not node.kwargs:
+            view = self._unflattened_reduction(node, text)
+        self._keepdim[id(node)] = view
+        return view
+
+    def _unflattened_reduction(self, node: Node, pattern: str) -> Node | None:
+        """`einops_view`'s second reading: `node` gives a reduction of a flatten size-1 axes."""
+        tail = einops_unit_tail(pattern)
+        source = node.inputs[0]
+        reduced = self.defs.get(source.name) if isinstance(source, Var) else None
+        if tail is None or reduced is None or reduced.kind != "op" or reduced.op not in _KEEPDIM_REDUCTIONS \
+                or len(reduced.inputs) != 1 or not isinstance(reduced.inputs[0], Var) or len(reduced.outputs) != 1 \
+                or reduced.via != node.via or reduced.kwarg("keepdim", Const(False)) != Const(False) \
+                or [u for u in self.uses.get(source.name, ()) if u is not node]:
+            return None
+        flat_name = reduced.inputs[0].name
+        flat = self.defs.get(flat_name)
+        if flat is None or flat.kind != "op" or flat.via != node.via or not flat.inputs \
+                or not isinstance(flat.inputs[0], Var) or [u for u in self.uses.get(flat_name, ()) if u is not reduced]:
+            return None
+        x = flat.inputs[0]
+        rank = self.shapes.rank(x)
+        start: int | None = None
+        if flat.op == "einops.rearrange" and len(flat.inputs) == 2 and not flat.kwargs \
+                and isinstance(flat.inputs[1], Const) and isinstance(flat.inputs[1].value, str):
+            start = einops_flattened_from(flat.inputs[1].value, rank)
+        elif flat.op in (".flatten", "torch.flatten") and rank is not None and len(flat.inputs) <= 2:
+            given = flat.inputs[1] if len(flat.inputs) == 2 else flat.kwarg("start_dim", Const(0))
+            end = flat.kwarg("end_dim", Const(-1))
+            if {k for k, _ in flat.kwargs} <= {"start_dim", "end_dim"} and isinstance(given, Const) \
+                    and type(given.value) is int and end in (Const(-1), Const(rank - 1)):
+                start = given.value if given.value >= 0 else given.value + rank
+                start = start if 0 < start < rank else None
+        if start is None or rank is None or tail != (start, rank - start) \
+                or reduced.kwarg("dim") not in (Const(-1), Const(start)):
+            return None
+        dims = tuple(range(start, rank))
+        kwargs = (*((k, v) for k, v in reduced.kwargs if k not in ("dim", "keepdim")),
+                  ("dim", Const(dims[0] if len(dims) == 1 else dims)), ("keepdim", Const(True)))
+        view = Node("op", reduced.op, (x,), kwargs, node.outputs, reduced.target, node.guard, node.pos, node.via)
+        self.stands_for[id(view)] = (flat, reduced, node)
+        return view
+
+    def shifted_softmax_view(self, node: Node) -> Node | None:
+        """The "stable softmax" of x (DALLE's and DALLE2's helper): `t = x * b`, `t - t.amax(dim=d,
+        keepdim=True)` (detached or not), times a, then `softmax(dim=d)`, each step read only by the
+        next, seen as `softmax(x, dim=d)`: the row maximum, scaled by a, is constant along d, which
+        the softmax is invariant to, and a * b == 1 with a a power of two (proven numbers: constants,
+        or locals assigned them once, `alpha = 32 ** 2` with `t / alpha`), so `x * b * a` is x
+        exactly. The same axis is the same constant or the same value (`dim=dim` both times). None
+        for any other node. The view stands for the nodes it replaces."""
+        if node.kind != "op" or node.op != "softmax" or len(node.inputs) != 1 or len(node.outputs) != 1 \
+                or {k for k, _ in node.kwargs} != {"dim"} or not isinstance(node.inputs[0], Var):
+            return None
+        cached = self._keepdim.get(id(node), False)
+        if cached is not False:
+            return cached
+        view = None
+        steps = self._shifted_steps(node)
+        if steps is not None:
+            view = Node("op", "softmax", steps[0].inputs[:1], node.kwargs, node.outputs, node.target, node.guard,
+                        node.pos, node.via)
+            self.stands_for[id(view)] = (*steps, node)
+        self._keepdim[id(node)] = view
+        return view
+
+    def _shifted_steps(self, node: Node) -> tuple[Node, ...] | None:
+        """`shifted_softmax_view`'s steps before the softmax, the first scale first; None where they
+        are not so."""
+        def only(operand: Operand, op: str | tuple[str, ...], reader: Node) -> Node | None:
+            found = self.defs.get(operand.name) if isinstance(operand, Var) else None
+            ops = (op,) if isinstance(op, str) else op
+            if found is None or found.kind != "op" or found.op not in ops or found.via != node.via \
+                    or len(found.outputs) != 1 or [u for u in self.uses.get(operand.name, ()) if u is not reader]:
+                return None
+            return found
+
+        dim = node.kwarg("dim")
+        after = only(node.inputs[0], "scale", node)
+        shifted = only(after.inputs[0], "sub", after) if after is not None and len(after.inputs) == 2 else None
+        if shifted is None or len(shifted.inputs) != 2 or shifted.kwargs:
+            return None
+        t, top = shifted.inputs
+        maximum = self.defs.get(top.name) if isinstance(top, Var) else None
+        detach = None
+        if maximum is not None and maximum.op == ".detach":
+            detach = only(top, ".detach", shifted)
+            maximum = only(detach.inputs[0], (".amax", "torch.amax"), detach) if detach is not None else None
+        else:
+            maximum = only(top, (".amax", "torch.amax"), shifted)
+        before = self.defs.get(t.name) if isinstance(t, Var) else None
+        if maximum is None or before is None or before.kind != "op" or before.op != "scale" or before.via != node.via \
+                or len(before.inputs) != 2 or maximum.inputs[:1] != (t,) or len(maximum.inputs) != 1 \
+                or {k for k, _ in maximum.kwargs} != {"dim", "keepdim"} or maximum.kwarg("keepdim") != Const(True) \
+                or not self._same_axis(maximum.kwarg("dim"), dim) \
+                or sorted(id(u) for u in self.uses.get(t.name, ())) != sorted((id(shifted), id(maximum))):
+            return None
+        a, b = self._number(after.inputs[1]), self._number(before.inputs[1])
+        if a is None or b is None or a <= 0 or a * b != 1.0 or math.frexp(a)[0] != 0.5:
+            return None
+        return tuple(n for n in (before, maximum, detach, shifted, after) if n is not None)
+
+    def _same_axis(self, a: Operand | None, b: Operand | None) -> bool:
+        """The same axis: the same operand, or the same integer (`dim=-1` and a local `dim = -1`)."""
+        if a is None or b is None:
+            return False
+        if a == b:
+            return True
+        x, y = self._number(a), self._number(b)
+        return x is not None and x == y and x == int(x)
+
+    def _number(self, operand: Operand, depth: int = 0) -> float | None:
+        """The number `operand` is: a constant, a math symbol, a local assigned one once (also inside
+        a symbol, `1 / alpha`)."""
+        value = numeric(operand)
+        if value is not None or depth > 4:
+            return value
+        if isinstance(operand, Var):
+            found = self.defs.get(operand.name)
+            if found is not None and found.kind == "op" and found.op == "assign" and len(found.inputs) == 1 \
+                    and not found.guard and self._single_version(operand.name):
+                return self._number(found.inputs[0], depth + 1)
+            return None
+        if not isinstance(operand, Sym):
+            return None
+        text = operand.text
+        for name in sorted(set(_IDENTIFIER.findall(text)), key=len, reverse=True):
+            if name in ("math", "sqrt"):
+                continue
+            value = self._number(Var(name), depth + 1) if self._single_version(name) else None
+            if value is None:
+                return None
+            text = re.sub(rf"(?<![\w.]){re.escape(name)}(?!\w)", repr(value), text)
+        return _eval_math(text)
+
+    def _single_version(self, name: str) -> bool:
+        """The method assigns the local `name` once (no other SSA version of it)."""
+        return name in self.defs and not any(other.startswith(name + ".") and other[len(name) + 1:].isdigit()
+                                             for other in self.defs)
+
     def product_view(self, node: Node) -> Node | None:
         """A product written as a multiply and a sum, or as a product with a column squeezed back
         (engine.analysis.contraction), seen as the `matmul` of a vector and a matrix (target
@@ -776,6 +957,13 @@ class MethodIndex:
                 seen.add(id(node))
                 unique.append(node)
         return unique
+
+
+def _add_view_names(names: set[str]) -> None:
+    """Add to a method's op names those its views may match as (`MethodIndex.einops_view`: an
+    einops `reduce` read as a torch reduction)."""
+    if "einops.reduce" in names:
+        names.update(_EINOPS_REDUCTIONS.values())
 
 
 def _seq_vars(seq: Seq) -> list[str]:
@@ -1166,7 +1354,8 @@ class _Matcher:
             s.used.add(id(node))
             return self.producers(node.inputs[0], s)
         found: list = []
-        kept = self.ix.keepdim_view(node) or self.ix.max_view(node)
+        kept = self.ix.keepdim_view(node) or self.ix.max_view(node) or self.ix.einops_view(node) \
+            or self.ix.shifted_softmax_view(node)
         if kept is not None and not {id(n) for n in self.ix.stands_for[id(kept)]} & state.used:
             # `mean(v, dim=d).unsqueeze(d)` is `mean(v, dim=d, keepdim=True)`
             s = state.claiming()
@@ -1174,6 +1363,8 @@ class _Matcher:
                 s.nodes[f"{VIEW_KEY}{real.outputs[0]}"] = real
                 s.used.add(id(real))
             found.append((kept, s))
+        elif kept is not None and any(n is kept for n in state.nodes.values()):
+            found.append((kept, state))  # the view matched already: its output is read twice
         product = self.ix.product_view(node) if node.op == ".squeeze" else \
             self.ix.transposed_view(node) if node.op == "transpose" else None
         if product is not None and not {id(n) for n in self.ix.stands_for[id(product)]} & state.used:
@@ -1626,6 +1817,7 @@ class FileIndexes:
                     nodes = method.nodes
                     names.update([n.op for n in nodes])
                     names.update([n.target for n in nodes])  # None too, as in MethodIndex.names
+        _add_view_names(names)
         return _Names(names, methods)
 
 

@@ -96,7 +96,9 @@ wild9 (segmentation-models-pytorch, DALLE2-pytorch, x-clip, tab-transformer-pyto
 and labelled the same way before the tool ran on it, has its own figures: on 2026-12-06, at its first scan, TP 14  FP 0
 FN 3  TN 7   P 1.000  R 0.824 (misses: a weight standardization whose mean is an einops reduce and whose variance is
 taken on a flattened view, a channels-first VQGAN attention with a helper's bias and a helper's shifted softmax, and
-AdamW groups whose lists are built with list() from sets).
+AdamW groups whose lists are built with list() from sets). Einops statistics (a reduce that only reduces axes, a
+variance of a flattened view given its size-1 axes back) and the rank of a weight inherited from nn.Conv2d find the
+weight standardization: wild9 TP 15 FN 2 (R 0.882), all nine sets 325/0/31 (R 0.913).
 
 No look-alike is rewritten. Raise the figures when the engine improves; never lower them to
 let a change through. Every rewritten file must also compile and be left alone by a second scan."""
@@ -164,7 +166,7 @@ def test_precision_and_recall_against_the_labels(scanned, labels):
     wild8 = W.score(W.set_labels(labels, "wild8"), W.set_sites(every_site, "wild8"))
     _at_least(wild8, 17, 0, 7, 1.0, 0.70, "wild8")
     wild9 = W.score(W.set_labels(labels, "wild9"), W.set_sites(every_site, "wild9"))
-    _at_least(wild9, 14, 0, 3, 1.0, 0.82, "wild9")
+    _at_least(wild9, 15, 0, 2, 1.0, 0.88, "wild9")
     labels = W.set_labels(labels, "wild1") + W.set_labels(labels, "wild2")
     sites = W.set_sites(every_site, "wild1") + W.set_sites(every_site, "wild2")
     _at_least(W.score(labels, sites), 132, 0, 0, 1.0, 1.0, "all")
