@@ -800,6 +800,38 @@ def _checked_trailing(match: Match, dims: Var, source: Operand | None) -> str | 
 CHECKS["stats_over_last_axis"] = _stats_over_last_axis
 
 
+def _affine_in_kernel(match: Match, ix: MethodIndex) -> str | None:
+    """The weight `$w` and bias `$b` of a norm over the last axis go into the fused kernel
+    (`layer_norm(x, x.shape[-1:], w, b, eps)`) only where their shape is proven to be the kernel's
+    (N,): one axis, not of size 1 (engine/analysis/shapes.py: `nn.Parameter(torch.ones(dim))` built
+    in `__init__`, or what every call of a private helper passes). The kernel takes nothing else,
+    where the code's product broadcasts any shape: a weight of shape (1, 1, N) or (3, 1), a scalar, a
+    gate of the input's own shape. Otherwise they are bound as `$w_out` and `$b_out` and the
+    template applies them after the kernel as the code wrote them (`layer_norm(x, ...) * w + b`);
+    the bias goes out too where the weight does (it is added after the product). Statistics over
+    another axis, several axes or a run-time tuple of axes (`$axis`, `$axes`, `$from`, `$count`,
+    `$nshape` bound by `stats_over_last_axis`, which must come first) apply them outside already,
+    or where N may have several axes, outside as well."""
+    if any(k in match.bindings for k in ("axis", "axes", "from", "count")):
+        return None  # the template applies the weight and bias after the kernel, as written
+    several = "nshape" in match.bindings  # N of len(N) axes: a 1-D weight is its shape only where len(N) == 1
+    w_inside = "w" not in match.bindings or not several and _one_axis(match.bindings["w"], ix)
+    if not w_inside:
+        match.bindings["w_out"] = match.bindings.pop("w")
+    if "b" in match.bindings and (not w_inside or several or not _one_axis(match.bindings["b"], ix)):
+        match.bindings["b_out"] = match.bindings.pop("b")
+    return None
+
+
+def _one_axis(operand: Operand, ix: MethodIndex) -> bool:
+    """`operand` provably has one axis, not provably of size 1."""
+    shape = ix.shapes.shape(operand)
+    return shape is not None and shape.exact and len(shape.axes) == 1 and not shape.axes[0].unit
+
+
+CHECKS["affine_in_kernel"] = _affine_in_kernel
+
+
 _BATCHED_3D = {"torch.bmm", ".bmm", "torch.baddbmm", ".baddbmm"}
 
 
