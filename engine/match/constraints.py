@@ -1396,7 +1396,8 @@ def _fused_where_params_live(match: Match, ix: MethodIndex) -> str | None:
         return why
     name = params.name.partition(".")[0]
     return _bind_fused(match, f"all(p.device.type in {_FUSED_DEVICES} for g in {name} "
-                              f'for p in (g["params"] if isinstance(g, dict) else [g]))')
+                              f'for p in (g["params"] if isinstance(g, dict) else [g])) and {_distinct(name)}',
+                       defaulted=True)
 
 
 def _shadowed(match: Match) -> Callable[[str], bool]:
@@ -1506,10 +1507,22 @@ def _items_on_fused_devices(name: str) -> str:
     are read only where they are a list (read again unchanged; a generator there would be
     consumed). A group holding anything else, or any parameter off a fused device, leaves `fused`
     at its default (None: `fused=False` would also turn off the `foreach` default; the caller adds
-    the `or None`)."""
+    the `or None`), and so does a tensor held twice (`_distinct`)."""
     return (f"all(g.device.type in {_FUSED_DEVICES} if not isinstance(g, dict) else "
             f'isinstance(g.get("params"), list) and all(p.device.type in {_FUSED_DEVICES} for p in g["params"]) '
-            f"for g in {name})")
+            f"for g in {name}) and {_distinct(name)}")
+
+
+def _distinct(name: str) -> str:
+    """The test that the list `name` (of tensors, or of groups whose `params` are lists: evaluated
+    after a device test that proves so) holds no tensor twice. A group holding one tensor twice
+    (`list(model.parameters()) + list(extra)` where `extra` overlaps, or weights tied between two
+    modules) is updated twice in turn by the default implementation, once by the fused kernel:
+    there `fused` stays at its default. A tensor in two groups raises either way. Parameters read
+    from one `.parameters()` call (or a selection of it) need no test: a module lists each of its
+    tensors once."""
+    loops = f'for g in {name} for p in (g["params"] if isinstance(g, dict) else [g])'
+    return f"len({{id(p) {loops}}}) == len([p {loops}])"
 
 
 def _enclosing(match: Match) -> tuple[ast.FunctionDef | ast.AsyncFunctionDef, ast.Call] | None:
