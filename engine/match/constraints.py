@@ -806,7 +806,10 @@ def _affine_in_kernel(match: Match, ix: MethodIndex) -> str | None:
     (N,): one axis, not of size 1 (engine/analysis/shapes.py: `nn.Parameter(torch.ones(dim))` built
     in `__init__`, or what every call of a private helper passes). The kernel takes nothing else,
     where the code's product broadcasts any shape: a weight of shape (1, 1, N) or (3, 1), a scalar, a
-    gate of the input's own shape. Otherwise they are bound as `$w_out` and `$b_out` and the
+    gate of the input's own shape. Nor where the input is cast to a named dtype (`x = x.float()`
+    before the statistics) and the parameter is not proven of that dtype: the kernel takes a weight
+    of another dtype than its input at most for a half-precision input (returning that dtype), where
+    the code's product promotes. Otherwise they are bound as `$w_out` and `$b_out` and the
     template applies them after the kernel as the code wrote them (`layer_norm(x, ...) * w + b`);
     the bias goes out too where the weight does (it is added after the product). Statistics over
     another axis, several axes or a run-time tuple of axes (`$axis`, `$axes`, `$from`, `$count`,
@@ -815,10 +818,16 @@ def _affine_in_kernel(match: Match, ix: MethodIndex) -> str | None:
     if any(k in match.bindings for k in ("axis", "axes", "from", "count")):
         return None  # the template applies the weight and bias after the kernel, as written
     several = "nshape" in match.bindings  # N of len(N) axes: a 1-D weight is its shape only where len(N) == 1
-    w_inside = "w" not in match.bindings or not several and _one_axis(match.bindings["w"], ix)
+    cast = ix.shapes.dtype(match.bindings.get("x"))
+    cast = cast if cast is not None and not cast.startswith("@") else None  # a named dtype the input is cast to
+
+    def fits(operand: Operand) -> bool:
+        return _one_axis(operand, ix) and (cast is None or ix.shapes.dtype(operand) == cast)
+
+    w_inside = "w" not in match.bindings or not several and fits(match.bindings["w"])
     if not w_inside:
         match.bindings["w_out"] = match.bindings.pop("w")
-    if "b" in match.bindings and (not w_inside or several or not _one_axis(match.bindings["b"], ix)):
+    if "b" in match.bindings and (not w_inside or several or not fits(match.bindings["b"])):
         match.bindings["b_out"] = match.bindings.pop("b")
     return None
 

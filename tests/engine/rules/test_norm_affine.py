@@ -126,3 +126,18 @@ def test_the_affine_goes_into_the_kernel_only_where_its_shape_is_the_kernels(cas
         torch.testing.assert_close(a, c, rtol=1e-9, atol=1e-10, msg=lambda m: f"{case} grads: {m}\n{new}")
     again, twice = scan_source(new, select_rules("layer-norm"), "case.py", "case")
     assert twice == new, [(f.status, f.reason) for f in again]  # the rewritten code is not rewritten again
+
+
+def test_an_input_cast_to_another_dtype_than_the_parameters_keeps_them_after_the_kernel():
+    """`x = x.float()` before the statistics, float64 parameters: the code's product promotes to
+    float64, where the kernel given a float64 weight beside a float32 input raises."""
+    source = NORM.format(w="d", b="d").replace("    def forward(self, x):\n",
+                                                "    def forward(self, x):\n        x = x.float()\n")
+    findings, new = scan_source(source, select_rules("layer-norm"), "case.py", "case")
+    assert [f.status for f in findings] == ["rewritten"], [(f.status, f.reason) for f in findings]
+    assert "layer_norm(x,x.shape[-1:],eps=self.eps)*self.weight+self.bias" in "".join(new.split()), new
+    (want, want_grads), (got, got_grads) = _run(source), _run(new)
+    assert got.dtype == want.dtype == torch.float64
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6, msg=lambda m: f"{m}\n{new}")
+    for a, c in zip(got_grads, want_grads, strict=True):
+        torch.testing.assert_close(a, c, rtol=1e-4, atol=1e-5, msg=lambda m: f"grads: {m}\n{new}")
