@@ -800,6 +800,47 @@ def _checked_trailing(match: Match, dims: Var, source: Operand | None) -> str | 
 CHECKS["stats_over_last_axis"] = _stats_over_last_axis
 
 
+def _affine_in_kernel(match: Match, ix: MethodIndex) -> str | None:
+    """The weight `$w` and bias `$b` of a norm over the last axis go into the fused kernel
+    (`layer_norm(x, x.shape[-1:], w, b, eps)`) only where their shape is proven to be the kernel's
+    (N,): one axis, not of size 1 (engine/analysis/shapes.py: `nn.Parameter(torch.ones(dim))` built
+    in `__init__`, or what every call of a private helper passes). The kernel takes nothing else,
+    where the code's product broadcasts any shape: a weight of shape (1, 1, N) or (3, 1), a scalar, a
+    gate of the input's own shape. Nor where the input is cast to a named dtype (`x = x.float()`
+    before the statistics) and the parameter is not proven of that dtype: the kernel takes a weight
+    of another dtype than its input at most for a half-precision input (returning that dtype), where
+    the code's product promotes. Otherwise they are bound as `$w_out` and `$b_out` and the
+    template applies them after the kernel as the code wrote them (`layer_norm(x, ...) * w + b`);
+    the bias goes out too where the weight does (it is added after the product). Statistics over
+    another axis, several axes or a run-time tuple of axes (`$axis`, `$axes`, `$from`, `$count`,
+    `$nshape` bound by `stats_over_last_axis`, which must come first) apply them outside already,
+    or where N may have several axes, outside as well."""
+    if any(k in match.bindings for k in ("axis", "axes", "from", "count")):
+        return None  # the template applies the weight and bias after the kernel, as written
+    several = "nshape" in match.bindings  # N of len(N) axes: a 1-D weight is its shape only where len(N) == 1
+    cast = ix.shapes.dtype(match.bindings.get("x"))
+    cast = cast if cast is not None and not cast.startswith("@") else None  # a named dtype the input is cast to
+
+    def fits(operand: Operand) -> bool:
+        return _one_axis(operand, ix) and (cast is None or ix.shapes.dtype(operand) == cast)
+
+    w_inside = "w" not in match.bindings or not several and fits(match.bindings["w"])
+    if not w_inside:
+        match.bindings["w_out"] = match.bindings.pop("w")
+    if "b" in match.bindings and (not w_inside or several or not fits(match.bindings["b"])):
+        match.bindings["b_out"] = match.bindings.pop("b")
+    return None
+
+
+def _one_axis(operand: Operand, ix: MethodIndex) -> bool:
+    """`operand` provably has one axis, not provably of size 1."""
+    shape = ix.shapes.shape(operand)
+    return shape is not None and shape.exact and len(shape.axes) == 1 and not shape.axes[0].unit
+
+
+CHECKS["affine_in_kernel"] = _affine_in_kernel
+
+
 _BATCHED_3D = {"torch.bmm", ".bmm", "torch.baddbmm", ".baddbmm"}
 
 
@@ -1364,7 +1405,8 @@ def _fused_where_params_live(match: Match, ix: MethodIndex) -> str | None:
         return why
     name = params.name.partition(".")[0]
     return _bind_fused(match, f"all(p.device.type in {_FUSED_DEVICES} for g in {name} "
-                              f'for p in (g["params"] if isinstance(g, dict) else [g]))')
+                              f'for p in (g["params"] if isinstance(g, dict) else [g])) and {_distinct(name)}',
+                       defaulted=True)
 
 
 def _shadowed(match: Match) -> Callable[[str], bool]:
@@ -1474,10 +1516,22 @@ def _items_on_fused_devices(name: str) -> str:
     are read only where they are a list (read again unchanged; a generator there would be
     consumed). A group holding anything else, or any parameter off a fused device, leaves `fused`
     at its default (None: `fused=False` would also turn off the `foreach` default; the caller adds
-    the `or None`)."""
+    the `or None`), and so does a tensor held twice (`_distinct`)."""
     return (f"all(g.device.type in {_FUSED_DEVICES} if not isinstance(g, dict) else "
             f'isinstance(g.get("params"), list) and all(p.device.type in {_FUSED_DEVICES} for p in g["params"]) '
-            f"for g in {name})")
+            f"for g in {name}) and {_distinct(name)}")
+
+
+def _distinct(name: str) -> str:
+    """The test that the list `name` (of tensors, or of groups whose `params` are lists: evaluated
+    after a device test that proves so) holds no tensor twice. A group holding one tensor twice
+    (`list(model.parameters()) + list(extra)` where `extra` overlaps, or weights tied between two
+    modules) is updated twice in turn by the default implementation, once by the fused kernel:
+    there `fused` stays at its default. A tensor in two groups raises either way. Parameters read
+    from one `.parameters()` call (or a selection of it) need no test: a module lists each of its
+    tensors once."""
+    loops = f'for g in {name} for p in (g["params"] if isinstance(g, dict) else [g])'
+    return f"len({{id(p) {loops}}}) == len([p {loops}])"
 
 
 def _enclosing(match: Match) -> tuple[ast.FunctionDef | ast.AsyncFunctionDef, ast.Call] | None:

@@ -6,6 +6,7 @@ reading their devices must not be rewritten."""
 
 from __future__ import annotations
 
+import contextlib
 import textwrap
 from functools import cache
 
@@ -510,3 +511,44 @@ def test_expressions_not_a_selection_of_a_modules_parameters_are_materialized(pa
     assert len(opt_b.param_groups[0]["params"]) == len(opt_a.param_groups[0]["params"])
     for a, b in zip(model_a.parameters(), model_b.parameters(), strict=True):
         torch.testing.assert_close(b, a, rtol=1e-12, atol=1e-14)
+
+
+# a tensor held twice in one group (`extra` overlapping the module's parameters, weights tied
+# between two lists): the default implementation updates it twice in turn, the fused kernel once,
+# so `fused` keeps its default there; a tensor in two groups raises either way
+@pytest.mark.parametrize(
+    ("params", "given", "fused"),
+    [
+        ("list(model.parameters()) + list(extra)", lambda m: list(m[1].parameters()), None),
+        ("list(model.parameters()) + list(extra)", lambda m: [], True),
+        ("[*model[0].parameters(), *extra]", lambda m: list(m[0].parameters()), None),
+        ("[*model[0].parameters(), *extra]", lambda m: list(m[1].parameters()), True),
+        ("[{'params': list(model.parameters()) + list(extra)}]", lambda m: [m[0].weight], None),
+        ("[{'params': list(model[0].parameters())}, {'params': list(extra)}]", lambda m: list(m[1].parameters()), True),
+        ("extra", lambda m: [m[0].weight, m[1].weight, m[0].weight], None),
+        ("extra", lambda m: (p for p in [m[0].weight, m[1].weight, m[0].weight]), None),
+    ],
+)
+def test_a_tensor_held_twice_keeps_the_default_implementation(params: str, given, fused: bool | None):
+    code = SPELLED.replace("OPT", "AdamW").replace("PARAMS", params)
+    findings, new = _rewrite(code)
+    assert [f.status for f in findings] == ["rewritten"], findings
+    assert "len({id(p)" in "".join(new.split()), new
+    # torch itself warns of the duplicate (both builds): the case is the one meant
+    with pytest.warns(UserWarning, match="duplicate") if fused is None else contextlib.nullcontext():
+        model_a, opt_a = _spelled_steps(code, given)
+        model_b, opt_b = _spelled_steps(new, given)
+    assert [g["fused"] for g in opt_b.param_groups] == [fused] * len(opt_b.param_groups)
+    for a, b in zip(model_a.parameters(), model_b.parameters(), strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-12, atol=1e-14)
+    assert _rewrite(new)[1] == new
+
+
+def test_a_modules_own_parameters_need_no_test_of_distinct_tensors():
+    """`.parameters()` lists each tensor of the module once (tied weights too), and so does any
+    selection of it: the rewrite reads only their devices."""
+    for params in ("model.parameters()", "filter(lambda p: p.requires_grad, model.parameters())",
+                   "[p for n, p in model.named_parameters() if 'bias' not in n]"):
+        findings, new = _rewrite(SPELLED.replace("OPT", "AdamW").replace("PARAMS", params))
+        assert [f.status for f in findings] == ["rewritten"], findings
+        assert "for p in model.parameters())" in new and "id(p)" not in new, new

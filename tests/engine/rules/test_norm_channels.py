@@ -244,6 +244,7 @@ def test_a_norm_over_other_constant_axes_is_the_kernel_over_them_moved_last(case
     flat = "".join(new.split())
     assert moved in flat and "layer_norm(" in flat and "mu_" not in flat and "stat_dim" not in flat, new
     (want, want_grads), (got, got_grads) = (_run(text, shape, train) for text in (source, new))
+    assert got.is_contiguous() == want.is_contiguous(), new  # the axes moved back, then laid out as they were
     torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12, msg=lambda m: f"{case}: {m}\n{new}")
     for a, b in zip(got_grads, want_grads, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12, msg=lambda m: f"{case} grads: {m}\n{new}")
@@ -257,7 +258,7 @@ def test_the_kernel_is_not_called_through_an_alias_the_function_rebinds():
 def test_the_weight_and_bias_apply_after_the_kernel_in_the_original_layout():
     _, new = scan_source(CHANNELWISE, select_rules("layer-norm"), "case.py", "case")
     flat = "".join(new.split())
-    assert "eps=EPS).movedim(-1,1)*self.gamma+self.beta" in flat, new
+    assert "eps=EPS).movedim(-1,1).contiguous()*self.gamma+self.beta" in flat, new
 
 
 NEAR_MISSES = {
@@ -357,3 +358,56 @@ def test_an_rms_norm_over_one_axis_a_local_holds_is_rewritten_and_over_several_i
         (f.status, f.reason) for f in findings
     ]
     assert "no form for" in findings[0].reason
+
+
+# the normalized channels-first value flattened by `.view`, which needs a contiguous tensor: the
+# kernel's result moved back is not one until it is laid out again
+VIEWED = (
+    HEADER
+    + """
+class Norm(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.weight = nn.Parameter(torch.rand(c, dtype=torch.float64) + 0.5)
+        self.bias = nn.Parameter(torch.randn(c, dtype=torch.float64))
+
+    def forward(self, x):
+        {body}
+        return y.view(y.shape[0], -1) + self.bias.sum()
+"""
+)
+
+VIEWED_BODIES = {
+    "layer-norm, affine": (
+        "layer-norm",
+        "u = x.mean(1, keepdim=True)\n        s = (x - u).pow(2).mean(1, keepdim=True)\n"
+        "        y = (x - u) / torch.sqrt(s + 1e-6) * self.weight[:, None, None] + self.bias[:, None, None]",
+    ),
+    "layer-norm, plain": (
+        "layer-norm",
+        "u = x.mean(1, keepdim=True)\n        s = (x - u).pow(2).mean(1, keepdim=True)\n"
+        "        y = (x - u) / torch.sqrt(s + 1e-6) * self.weight.sum()",
+    ),
+    "layer-norm, two axes": (
+        "layer-norm",
+        "u = x.mean((1, 2), keepdim=True)\n        s = (x - u).pow(2).mean((1, 2), keepdim=True)\n"
+        "        y = (x - u) / torch.sqrt(s + 1e-6) * self.weight.sum()",
+    ),
+    "rms-norm": (
+        "rms-norm",
+        "v = x.pow(2).mean(1, keepdim=True)\n        y = x * torch.rsqrt(v + 1e-6) * self.weight[:, None, None]",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(VIEWED_BODIES))
+def test_a_channels_first_norm_can_still_be_viewed(case):
+    rule, body = VIEWED_BODIES[case]
+    source = VIEWED.format(body=body)
+    findings, new = scan_source(source, select_rules(rule), "case.py", "case")
+    assert [f.status for f in findings] == ["rewritten"], [(f.status, f.reason) for f in findings]
+    assert ".contiguous()" in new, new
+    (want, want_grads), (got, got_grads) = (_run(text, (2, 6, 3, 4), True) for text in (source, new))
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12, msg=lambda m: f"{case}: {m}\n{new}")
+    for a, b in zip(got_grads, want_grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12, msg=lambda m: f"{case} grads: {m}\n{new}")
