@@ -337,6 +337,15 @@ def _of_scores(operand, scores: set[str], ix: MethodIndex, depth: int = 0,
     return bool(merged) and all(_of_scores(v, scores, ix, depth + 1, keeps) for v in merged)
 
 
+def _here(node: Node, file: str) -> Pos:
+    """Where `node` is in the file `file`: its own position, or else the last call it was inlined
+    through that is in the file."""
+    assert node.pos is not None
+    if node.pos.file == file:
+        return node.pos
+    return next((p for p in reversed(node.via) if p.file == file), node.via[0] if node.via else node.pos)
+
+
 def _axes(index: object) -> tuple[str, ...] | None:
     """Which of the scores' axes an index of their shape reads: the last is the key's, the one
     before it the query's (`-2:` both)."""
@@ -511,7 +520,9 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match], every: list[Ma
     rule = match.rule
     nodes = match.matched_nodes
     matched_ids = {id(n) for n in nodes}
-    placed = [n.pos for n in nodes if n.pos is not None] or [match.method.pos or Pos(match.file.path, 0, 0, 0, 0)]
+    # a node inlined from another file's method (a base class's `get_scores`) is placed at its call here
+    placed = [_here(n, match.file.path) for n in nodes if n.pos is not None] \
+        or [match.method.pos or Pos(match.file.path, 0, 0, 0, 0)]
     first = min(placed, key=lambda p: (p.line, p.col))
     last = max(placed, key=lambda p: (p.end_line, p.end_col))
     related = []

@@ -607,6 +607,7 @@ class Synthesizer:
     def __init__(self, region_text: str, lines: list[str], offset: int = 0, context: FileContext | None = None) -> None:
         self.lines = lines
         self.offset = offset
+        self.path: str | None = None  # the file's path as positions name it, where known
         self.context = context or FileContext()
         self.module = cst.parse_module(region_text)
         try:
@@ -636,6 +637,9 @@ class Synthesizer:
     # -- locating -----------------------------------------------------------------------------
 
     def _file_range(self, pos: Pos) -> tuple[int, int, int, int]:
+        if self.path is not None and pos.file and pos.file != self.path:
+            # a step inlined from a method of another file (a base class's): its text is not here
+            raise SynthesisError(f"the rewrite would read code of {pos.file} (line {pos.line}) in {self.path}")
         line_text = self.lines[pos.line - 1] if pos.line - 1 < len(self.lines) else ""
         end_text = self.lines[pos.end_line - 1] if pos.end_line - 1 < len(self.lines) else ""
         return pos.line, _char_col(line_text, pos.col), pos.end_line, _char_col(end_text, pos.end_col)
