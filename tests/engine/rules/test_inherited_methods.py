@@ -189,3 +189,100 @@ def test_a_shape_read_that_may_not_run_proves_no_rank(tmp_path):
     findings, new = _scan(tmp_path, text)
     assert new == text and all(f.status == "near-miss" for f in findings), findings
     assert any("no proven rank" in (f.reason or "") for f in findings), [f.reason for f in findings]
+
+
+CACHED_BIAS = '''if self.alibi_biases is None or self.alibi_biases.shape[1] < seq_len:
+            self.alibi_biases = get_alibi_biases(scores.shape[{axis}], mask[:, :, 0, 0])
+        scores += self.alibi_biases[:seq_len, :seq_len, None, :]'''
+
+ALIBI_HELPERS = '''
+
+def get_alibi_biases(n_heads: int, mask: torch.Tensor):
+    m = torch.pow(2.0 ** (-8.0 / n_heads), torch.arange(1, 1 + n_heads)).to(mask.device)
+    distance = mask.cumsum(dim=-1)
+    return distance[:, :, None] * m[None, None, :]
+
+
+class Cached(MultiHeadAttention):
+    def __init__(self, heads: int, d_model: int, dropout_prob: float = 0.1):
+        super().__init__(heads, d_model, dropout_prob)
+        self.alibi_biases = None
+'''
+
+
+def test_a_read_of_an_axis_of_the_permuted_scores_is_the_querys(tmp_path, monkeypatch):
+    # labml's ALiBi: `scores.shape[-1]` of (i, j, b, h) scores is the number of heads, read under the
+    # cache's `if`: restated on the query, `query.shape[-2]`, where it stays
+    text = _write(tmp_path, bases="Cached", extra=ALIBI_HELPERS, add_bias=CACHED_BIAS.format(axis=-1))
+    findings, new = _scan(tmp_path, text)
+    assert [f.status for f in findings] == ["rewritten"], [(f.status, f.reason) for f in findings]
+    assert "get_alibi_biases(query.shape[-2], mask[:, :, 0, 0])" in new, new
+    assert _scan(tmp_path, new)[1] == new
+    (tmp_path / "lab" / "rewritten.py").write_text(new)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in [m for m in sys.modules if m == "lab" or m.startswith("lab.")]:
+        monkeypatch.delitem(sys.modules, name)
+    old_mod, new_mod = importlib.import_module("lab.biased"), importlib.import_module("lab.rewritten")
+    torch.manual_seed(0)
+    old = old_mod.BiasedAttention(3, 12).double().eval()
+    rewritten = new_mod.BiasedAttention(3, 12).double().eval()
+    rewritten.load_state_dict(old.state_dict())
+    n, b = 6, 2
+    gen = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(n, b, 12, generator=gen, dtype=torch.float64) for _ in range(3))
+    mask = torch.tril(torch.ones(n, n, dtype=torch.bool))[:, :, None]
+    for _ in range(2):  # the cache filled, then read
+        want = old(query=q, key=k, value=v, mask=mask, bias=None)
+        got = rewritten(query=q, key=k, value=v, mask=mask, bias=None)
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+
+
+def test_each_axis_of_the_permuted_scores_is_read_where_the_query_has_it(tmp_path):
+    # `scores.shape[-2]` of (i, j, b, h) scores is the batch, the query's axis 1 (-3 of 4);
+    # `scores.shape[0]` the query's length, its axis 0 (-4)
+    for axis, restated in ((-2, "query.shape[-3]"), (0, "query.shape[-4]")):
+        text = _write(tmp_path, bases="Cached", extra=ALIBI_HELPERS, add_bias=CACHED_BIAS.format(axis=axis))
+        findings, new = _scan(tmp_path, text)
+        assert [f.status for f in findings] == ["rewritten"], (axis, [(f.status, f.reason) for f in findings])
+        assert f"get_alibi_biases({restated}, mask[:, :, 0, 0])" in new, (axis, new)
+
+
+def test_an_attention_wholly_in_a_method_of_another_file_is_not_written_from_this_one(tmp_path):
+    # the match lies in the base class's `attend`, in lab/base.py: a rewrite at its call would restate
+    # that method's code, which is not in this file (here a method of the same name, of another class,
+    # above the call, is not it)
+    (tmp_path / "lab").mkdir()
+    (tmp_path / "lab" / "__init__.py").write_text("")
+    (tmp_path / "lab" / "base.py").write_text('''
+import torch
+from torch import nn
+
+
+class Base(nn.Module):
+    def attend(self, q, k, v):
+        w = torch.softmax(q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5, dim=-1)
+        return w @ v
+''')
+    text = '''
+import torch
+from torch import nn
+
+from lab.base import Base
+
+
+class Other(nn.Module):
+    def attend(self, q, k, v):
+        return q + k + v
+
+
+class Derived(Base):
+    def forward(self, q, k, v):
+        out = self.attend(q, k, v)
+        return out * 2
+'''
+    (tmp_path / "lab" / "derived.py").write_text(text)
+    files = [str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*.py")]
+    index = PackageIndex(tmp_path, files, lambda rel: rel[:-3].replace("/", ".").removesuffix(".__init__"))
+    findings, new = scan_source(text, select_rules("sdpa-attention"), "lab/derived.py", "lab.derived", index)
+    assert new == text, new
+    assert not [f for f in findings if f.status in ("rewritten", "guarded")], [(f.status, f.reason) for f in findings]
