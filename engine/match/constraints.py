@@ -977,10 +977,11 @@ def _min_rank(operand, ix: MethodIndex, depth: int = 0, before: Pos | None = Non
 def _shape_read_rank(name: str, ix: MethodIndex, before: Pos) -> int:
     """The least rank that the reads `name.shape[k]` (`k` a constant >= 0) of the method prove: such
     a read raises unless the value has more than `k` axes. Only a read of the method's own code (no
-    helper) in a statement of its body's top level (every call runs it), ended before `before`,
-    outside `with` and `try` blocks, and evaluated whenever its statement completes: not in a branch
-    of a conditional expression, a lambda or a comprehension, and in a boolean operation only in its
-    first operand or, in an `assert` of `and`s, in any (the assert raises unless each was read)."""
+    helper) in a statement of its body's top level (every call runs it), ended before `before` and
+    before any statement binding `name` again, outside `with` and `try` blocks, and evaluated
+    whenever its statement completes: not in a branch of a conditional expression, a lambda or a
+    comprehension, and in a boolean operation only in its first operand or, in an `assert` of
+    `and`s, in any (the assert raises unless each was read)."""
     tree = tree_of(ix.file.path)
     fn_pos = ix.method.pos
     if tree is None or fn_pos is None or before.file != fn_pos.file:
@@ -994,8 +995,9 @@ def _shape_read_rank(name: str, ix: MethodIndex, before: Pos) -> int:
         return 0
     best = 0
     for stmt in fn.body:
-        if (stmt.end_lineno or stmt.lineno) >= before.line:
-            break
+        if (stmt.end_lineno or stmt.lineno) >= before.line or any(
+                isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load) for n in ast.walk(stmt)):
+            break  # past the match, or `name` bound again: later reads are of another value
         if isinstance(stmt, (ast.With, ast.AsyncWith, ast.Try, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) \
                 or not isinstance(stmt, (ast.Assert, ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Expr, ast.If)):
             continue

@@ -286,3 +286,20 @@ class Derived(Base):
     findings, new = scan_source(text, select_rules("sdpa-attention"), "lab/derived.py", "lab.derived", index)
     assert new == text, new
     assert not [f for f in findings if f.status in ("rewritten", "guarded")], [(f.status, f.reason) for f in findings]
+
+
+def test_a_shape_read_after_the_name_is_bound_again_is_of_another_value(tmp_path):
+    (tmp_path / "lab").mkdir()
+    text = _write(tmp_path)
+    text = text.replace('''        assert mask.shape[0] == mask.shape[1] and mask.shape[2] == 1
+        seq_len, batch_size, _ = query.shape
+        mask = self.prepare_mask(mask, query.shape, key.shape)''', '''        given = mask
+        mask = torch.ones(1, 1, 1, 1, 1, dtype=torch.bool)
+        assert mask.shape[0] == mask.shape[1] and mask.shape[2] == 1
+        seq_len, batch_size, _ = query.shape
+        mask = self.prepare_mask(given, query.shape, key.shape)''')
+    assert "given = mask" in text
+    (tmp_path / "lab" / "biased.py").write_text(text)
+    findings, new = _scan(tmp_path, text)
+    assert new == text and all(f.status == "near-miss" for f in findings), findings
+    assert any("no proven rank" in (f.reason or "") for f in findings), [f.reason for f in findings]
