@@ -674,17 +674,21 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match], every: list[Ma
                          if cid not in own and (conflict or cid not in match.conditions)]
                 where = f"line {use.pos.line}" if use.pos else "a merge"
                 what = "returned" if use.kind == "return" else "stored" if use.kind == "store" else f"used by `{use.op}`"
-                if not extra or not conflict:
-                    # a read on the match's path (under a decision it does not depend on, the read
-                    # stays under it) states the same on the query and the key
-                    restated = (_restatement(use, scores, ix, _product_dtyped(match), lambda: _whole_scores(match, ix),
-                                             lambda: _permuted_scores(match, ix))
-                                or _helper_argument(use, match, ix)) if not rule.detect_only else None
-                    if restated is not None:
-                        # `torch.eye(dots.shape[-1], device=dots.device)` where the kernel runs: the
-                        # kept statement reads the key's length and the query's device instead
-                        finding.restated.append(restated)
-                        continue
+                restated = None
+                if not extra and not rule.detect_only:
+                    restated = _restatement(use, scores, ix, _product_dtyped(match), lambda: _whole_scores(match, ix),
+                                            lambda: _permuted_scores(match, ix)) or _helper_argument(use, match, ix)
+                elif not conflict and not rule.detect_only:
+                    # a read of an axis of permuted scores under a decision the match does not depend
+                    # on (labml's ALiBi cache, filled under an `if`): the read stays under it, stated on
+                    # the query, rather than the kernel guarded by that decision (other reads there
+                    # keep the original on that path, as they did before such reads were restated)
+                    restated = _restatement(use, set(), ix, permuted=lambda: _permuted_scores(match, ix))
+                if restated is not None:
+                    # `torch.eye(dots.shape[-1], device=dots.device)` where the kernel runs: the
+                    # kept statement reads the key's length and the query's device instead
+                    finding.restated.append(restated)
+                    continue
                 if not extra:
                     helper = ""
                     if use.kind == "return" and not use.via and not match.method.name.startswith("forward") \
@@ -1268,8 +1272,10 @@ def _find_rule(rule: Rule, indexes: list[MethodIndex], near_misses: bool) -> lis
     for ix in indexes:
         # a match on a path no call takes (`None is not None`: a helper's test of the None its
         # caller passes) computes nothing
+        # ... and a match wholly in a method inherited from another file is that file's finding
         matches = [m for m in match_method(rule, ix, relaxed=near_misses)
-                   if all(constant_truth(m.cond_text.get(cid, "")) in (None, taken) for cid, taken in m.conditions.items())]
+                   if all(constant_truth(m.cond_text.get(cid, "")) in (None, taken) for cid, taken in m.conditions.items())
+                   and not all(n.pos is not None and n.pos.file != ix.file.path for n in m.nodes.values())]
         every[id(ix)] = [m for m in matches if not m.relaxed]
         by_root: dict[int, list[Match]] = {}
         for m in matches:
