@@ -248,9 +248,9 @@ def test_each_axis_of_the_permuted_scores_is_read_where_the_query_has_it(tmp_pat
 
 
 def test_an_attention_wholly_in_a_method_of_another_file_is_not_written_from_this_one(tmp_path):
-    # the match lies in the base class's `attend`, in lab/base.py: a rewrite at its call would restate
-    # that method's code, which is not in this file (here a method of the same name, of another class,
-    # above the call, is not it)
+    # the match lies in the base class's `attend`, in lab/base.py: that file's finding; a rewrite at
+    # the call would restate code that is not in this file (here a method of the same name, of
+    # another class, above the call, is not it)
     (tmp_path / "lab").mkdir()
     (tmp_path / "lab" / "__init__.py").write_text("")
     (tmp_path / "lab" / "base.py").write_text('''
@@ -284,8 +284,8 @@ class Derived(Base):
     files = [str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*.py")]
     index = PackageIndex(tmp_path, files, lambda rel: rel[:-3].replace("/", ".").removesuffix(".__init__"))
     findings, new = scan_source(text, select_rules("sdpa-attention"), "lab/derived.py", "lab.derived", index)
-    assert new == text, new
-    assert not [f for f in findings if f.status in ("rewritten", "guarded")], [(f.status, f.reason) for f in findings]
+    # the base's own scan reports it (once, at its lines); here there is nothing to report
+    assert new == text and not findings, [(f.status, f.line, f.reason) for f in findings]
 
 
 def test_a_shape_read_after_the_name_is_bound_again_is_of_another_value(tmp_path):
