@@ -216,6 +216,17 @@ def _shielded_lines(tree: ast.Module) -> tuple[tuple[int, int], ...]:
     return tuple(ranges)
 
 
+_IN_PLACE_ARITHMETIC = {"add", "sub", "mul", "div"}
+_AUGMENTED_OPS = (ast.Add, ast.Sub, ast.Mult, ast.Div)
+
+
+@lru_cache(maxsize=8)
+def _augmented_statements(tree: ast.Module) -> frozenset[tuple[int, int, int, int]]:
+    """Where each `a += b` (`-=`, `*=`, `/=`) statement of `tree` is, found once per parsed file."""
+    return frozenset((a.lineno, a.col_offset, a.end_lineno or a.lineno, a.end_col_offset or 0) for a in ast.walk(tree)
+                     if isinstance(a, ast.AugAssign) and isinstance(a.op, _AUGMENTED_OPS))
+
+
 @lru_cache(maxsize=8)
 def _assert_tests(tree: ast.Module) -> frozenset[tuple[int, int]]:
     """Where (line, column) the test of each `assert` of `tree` begins, found once per parsed file."""
@@ -789,6 +800,14 @@ class ShapeFacts:
         shielded = _shielded_lines(tree)
         return not any(a <= p.line <= b for a, b in shielded for p in (node.pos, *node.via))
 
+    def _augmented(self, node: Node) -> bool:
+        """`node` is the arithmetic of an augmented assignment (`scores += bias`) of the method's file."""
+        pos = node.pos
+        if pos is None or self.method.pos is None or pos.file != self.method.pos.file:
+            return False
+        tree = numbers.tree_of(pos.file)
+        return tree is not None and (pos.line, pos.col, pos.end_line, pos.end_col) in _augmented_statements(tree)
+
     def _one_type(self, node: Node) -> bool:
         """The module a layer node calls is built as its type, and as no other, on every path of
         `__init__` (a construction under a condition may leave another module there: `self.rotate =
@@ -930,6 +949,12 @@ class ShapeFacts:
                     and first.name not in self.params:
                 return self.param_shape(first.name, none_ok=True)  # on None it raises: it computes nothing
             return self.shape(first)
+        if op in _IN_PLACE_ARITHMETIC and self._augmented(node):
+            # `scores += bias` writes into `scores`: its shape stays, whatever the right side's rank
+            # (one that does not broadcast to it raises)
+            left = self.shape(first)
+            if left is not None and left.exact and left.axes:
+                return left
         if op in _BROADCAST:
             return self._broadcast(node)
         if op == "matmul":

@@ -44,6 +44,7 @@ from engine.dsl.ir import (
 from engine.extract.imports import Imports, module_name_for
 
 MAX_INLINE_DEPTH = 3
+MAX_BASE_FILES = 4  # other files of the repository a method is looked for in, along a chain of bases
 MAX_CONDS_PER_METHOD = 400  # beyond this, nested branches are flattened (reported as a note)
 
 _MODULE_BASES = {"torch.nn.Module", "torch.nn.modules.module.Module"}
@@ -403,10 +404,21 @@ class _FileExtractor:
         self.state_attrs_cache: dict[int, frozenset[str]] = {}  # id(class node) -> `_state_attrs` of its chain
         self.method_state_attrs: dict[int, frozenset[str]] = {}  # id(method) -> the state attributes it sets
         self._stateless_forwards: dict[str, list[ClassInfo]] = {}  # class -> stateless_forward's owners
+        self._other_files: dict[str, _FileExtractor | None] = {}  # a file of the repository -> its extractor
+        self.function_defs: list[ast.FunctionDef] = []  # every module-level def, a shadowed one too
         for stmt in tree.body:
             if isinstance(stmt, ast.FunctionDef):
                 self.functions[stmt.name] = stmt
-            elif isinstance(stmt, ast.ClassDef):
+                self.function_defs.append(stmt)
+                continue
+            # a call of a module-level function runs what its name is bound to last (calls in
+            # functions run after the module is loaded): another binding of the name after its `def`
+            # (an assignment, an import, a class) leaves no def to inline, unless it wraps that very
+            # function (`rms_norm = compile(rms_norm)`), as a decorator would
+            for bound in _bound_names(stmt):
+                if bound in self.functions and not _wraps_itself(stmt, bound):
+                    del self.functions[bound]
+            if isinstance(stmt, ast.ClassDef):
                 bases = tuple(_qualify(self.imports.names, b) or self.src.segment(b) for b in stmt.bases)
                 info = ClassInfo(stmt, bases)
                 for item in stmt.body:
@@ -447,6 +459,45 @@ class _FileExtractor:
                 if base == f"{self.module}.{short}" or base == short:
                     todo.append(short)
         return out
+
+    def other_file(self, rel: str) -> _FileExtractor | None:
+        """The extractor of another file of the repository (engine.extract.package), made once."""
+        if rel in self._other_files:
+            return self._other_files[rel]
+        found = self.package.source(rel) if self.package is not None else None
+        fx = None
+        if found is not None:
+            fx = _FileExtractor(found[1], Source(found[0], rel), self.package.module_of(rel), rel.endswith("__init__.py"),
+                                self.package)
+        self._other_files[rel] = fx
+        return fx
+
+    def inherited_method(self, chain: list[ClassInfo], name: str, hops: int = 0) -> tuple[ast.FunctionDef, _FileExtractor] | None:
+        """The method `name` that the class whose MRO of this file's classes is `chain` inherits
+        from a base class defined in another file of the repository (labml's `AlibiMultiHeadAttention`
+        calls `self.get_scores`, which `MultiHeadAttention` of `transformers/mha.py` defines), with
+        the extractor of the file that holds it. Only along single inheritance, where the method
+        resolution order is the chain of bases, and only where no class on the way binds the name
+        otherwise than by a `def` (a class attribute); None elsewhere."""
+        if self.package is None or not chain or hops >= MAX_BASE_FILES:
+            return None
+        if any(len(k.node.bases) != 1 or k.node.keywords or _binds_otherwise(k, name) for k in chain):
+            return None
+        top = chain[-1]
+        base = top.bases[0]
+        short = base.rpartition(".")[2]
+        if base in (short, f"{self.module}.{short}") or base.startswith("torch.") or base in _MODULE_BASES:
+            return None
+        where = self.package.resolve(self.src.path, self.tree, top.node.bases[0])
+        fx = self.other_file(where[0]) if where is not None else None
+        if fx is None or where is None or where[1] not in fx.classes:
+            return None
+        other = fx.mro(where[1])
+        for klass in other:
+            fn = klass.methods.get(name)
+            if fn is not None:
+                return None if _binds_otherwise(klass, name) else (fn, fx)
+        return fx.inherited_method(other, name, hops + 1)
 
     def stateless_forward(self, layer: LayerDef, target: str, chain: list[ClassInfo]) -> list[ClassInfo]:
         """For a submodule of the class whose MRO is `chain`, built once, unconditionally, in
@@ -522,7 +573,7 @@ class _FileExtractor:
         """Module-level functions and top-level statements (training scripts, activation helpers),
         as the methods of a pseudo-class `__module__`; top-level code is the method `__toplevel__`."""
         methods: list[Method] = []
-        for fn in self.functions.values():
+        for fn in self.function_defs:  # each def is a function of its own, a redefined one too
             methods.append(_MethodExtractor(self, [], {}, fn).run())
         # methods of classes that are not modules (a Trainer building the optimizer, a sampler), as
         # functions named `Class.method`: no layers of their own, but what they call still matches
@@ -934,6 +985,9 @@ class _MethodExtractor:
                  fn: ast.FunctionDef) -> None:
         self.fx = fx
         self.src = fx.src
+        self.root_fx = fx  # the file of the class extracted (`fx` is the file of the code being read)
+        self.owners: dict[int, _FileExtractor] = {}  # id(method found for `self.name(...)`) -> its file, where
+        # that is not the file of the code calling it (inherited from another file, or called back from there)
         self.chain = chain
         self.table = table
         self.fn = fn
@@ -2060,14 +2114,23 @@ class _MethodExtractor:
             self.super_owners.pop()
 
     def find_method(self, name: str) -> ast.FunctionDef | None:
+        fn: ast.FunctionDef | None = None
         for klass in self.chain:
             fn = klass.methods.get(name)
             if fn is not None:
-                for dec in fn.decorator_list:
-                    if isinstance(dec, ast.Name) and dec.id == "property":
-                        return None
-                return fn
-        return None
+                if self.fx is not self.root_fx:
+                    self.owners[id(fn)] = self.root_fx  # called from an inherited method: `self` is this class
+                break
+        if fn is None:
+            inherited = self.root_fx.inherited_method(self.chain, name)
+            if inherited is None:
+                return None
+            fn = inherited[0]
+            self.owners[id(fn)] = inherited[1]
+        for dec in fn.decorator_list:
+            if isinstance(dec, ast.Name) and dec.id == "property":
+                return None
+        return fn
 
     def class_function(self, class_name: str, name: str) -> ast.FunctionDef | None:
         """The method `name` of the class `class_name` (or of its bases in this file) as a plain
@@ -2090,7 +2153,10 @@ class _MethodExtractor:
         if fn.args.vararg or fn.args.kwarg or any(isinstance(a, ast.Starred) for a in e.args) \
                 or any(k.arg is None for k in e.keywords):
             return None
-        if self.fx.is_generator(fn) or _is_scripted(fn):
+        # a decorated helper (`@torch.jit.script`, `@compile`) computes what its body says: its nodes
+        # are the caller's steps, and a rewrite is written in the caller (the helper stays as it is)
+        owner = self.owners.get(id(fn), self.fx)  # the file holding `fn`: the code being read, unless recorded
+        if owner.is_generator(fn):
             return None
         params = [*fn.args.posonlyargs, *fn.args.args]
         is_static = any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in fn.decorator_list)
@@ -2120,7 +2186,7 @@ class _MethodExtractor:
                 default = defaults.get(param.arg)
                 if default is None:
                     return None
-                bound = _const_or_sym(default, self.src)
+                bound = _const_or_sym(default, owner.src)
             if isinstance(bound, Var):
                 env[param.arg] = bound.name
             else:
@@ -2135,12 +2201,20 @@ class _MethodExtractor:
         self.via = (*self.via, self.src.pos(e))
         self.inline_stack.append(key)
         self.caller_envs.append(dict(scope.env))
+        caller_fx = self.fx
+        token = None
+        if owner is not caller_fx:  # a method inherited from a class of another file: read in that file
+            self.fx, self.src, self.positions = owner, owner.src, owner.src.positions
+            token = _SOURCE.set(owner.src)
         try:
             try:
                 self.block(fn.body, callee_scope, guard)
             except _Terminated:
                 pass
         finally:
+            if token is not None:
+                _SOURCE.reset(token)
+                self.fx, self.src, self.positions = caller_fx, caller_fx.src, caller_fx.src.positions
             self.inline_stack.pop()
             self.caller_envs.pop()
             self.via = saved_via
@@ -2230,14 +2304,29 @@ def _mentions(operand: Operand, name: str) -> bool:
     return type(operand) is Seq and any(_mentions(item, name) for item in operand.items)
 
 
-def _is_scripted(fn: ast.FunctionDef) -> bool:
-    """`@torch.jit.script` functions are compiled on their own: their code is not part of the
-    caller's Python, and a kernel swapped into them would have to be scriptable."""
-    for dec in fn.decorator_list:
-        target = dec.func if isinstance(dec, ast.Call) else dec
-        if isinstance(target, ast.Attribute) and target.attr in ("script", "script_if_tracing"):
-            return True
-    return False
+def _binds_otherwise(info: ClassInfo, name: str) -> bool:
+    """The class body binds `name` by something other than a `def` (`get_scores = other`)."""
+    return any(not isinstance(stmt, ast.FunctionDef) and name in _bound_names(stmt) for stmt in info.node.body)
+
+
+def _bound_names(stmt: ast.stmt) -> list[str]:
+    """The names a module-level statement other than a `def` binds there: its assignment targets,
+    imports, class, or (conservatively) any name stored anywhere in a compound statement."""
+    if isinstance(stmt, (ast.ClassDef, ast.AsyncFunctionDef)):
+        return [stmt.name]
+    if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+        return [(a.asname or a.name).partition(".")[0] for a in stmt.names]
+    if isinstance(stmt, (ast.Expr, ast.Pass)):
+        return []
+    return [n.id for n in _walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)] + \
+        [n.name for n in _walk(stmt) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+
+
+def _wraps_itself(stmt: ast.stmt, name: str) -> bool:
+    """`name = wrapper(name)`: the function wrapped, as a decorator does (`rms_norm = compile(rms_norm)`)."""
+    return isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name) \
+        and stmt.targets[0].id == name and isinstance(stmt.value, ast.Call) and len(stmt.value.args) == 1 \
+        and not stmt.value.keywords and isinstance(stmt.value.args[0], ast.Name) and stmt.value.args[0].id == name
 
 
 def _with_outputs(node: Node, outputs: tuple[str, ...]) -> Node:

@@ -967,23 +967,103 @@ def _index_min_rank(text: str) -> int | None:
     return count
 
 
-_BROADCASTING = {"mul", "add", "sub", "and_", "or_", "xor", "invert", "torch.logical_and", "torch.logical_or",
+def _items_min_rank(items: tuple, ix: MethodIndex) -> int | None:
+    """`_index_min_rank` of an index the extractor split into items (`[:n, :n, None, :]`, whose
+    slices of names are `slice` nodes): slices plus `None`s; None where an item may be a tensor."""
+    count = 0
+    for item in items:
+        made = ix.defs.get(item.name) if isinstance(item, Var) else None
+        if made is not None and made.kind == "op" and made.op == "slice":
+            count += 1
+        elif isinstance(item, Const) and (item.value is None or type(item.value) is int):
+            count += item.value is None
+        elif isinstance(item, Sym) and (one := _index_min_rank(item.text)) is not None and "," not in item.text:
+            count += one
+        else:
+            return None
+    return count
+
+
+_BROADCASTING = {"mul", "add", "sub", "compare:eq", "compare:ne", "compare:lt", "compare:le", "compare:gt",
+                 "compare:ge", "and_", "or_", "xor", "invert", "torch.logical_and", "torch.logical_or",
                  "torch.logical_not", ".bool", ".to", ".float"}
 
 
-def _min_rank(operand, ix: MethodIndex, depth: int = 0) -> int:
+def _min_rank(operand, ix: MethodIndex, depth: int = 0, before: Pos | None = None) -> int:
     """A rank `operand` provably has at least: its proven axes, the axes an index of slices and
-    `None`s gives, the largest of an elementwise op's operands (broadcasting keeps every axis)."""
+    `None`s gives, the largest of an elementwise op's operands (broadcasting keeps every axis), one
+    more than what it unsqueezes; for a parameter of the method, one more than the largest axis
+    `x.shape[k]` reads wherever the method runs, before `before` (`_shape_read_rank`)."""
     shape = ix.shapes.shape(operand)
     known = len(shape.axes) if shape is not None else 0
     node = ix.defs.get(operand.name) if isinstance(operand, Var) and depth < 8 else None
+    if node is None and isinstance(operand, Var) and before is not None \
+            and operand.name in {p.name for p in ix.method.params}:
+        return max(known, _shape_read_rank(operand.name, ix, before))
     if node is None or node.kind != "op":
         return known
+    if node.op in (".unsqueeze", "torch.unsqueeze") and node.inputs and isinstance(node.inputs[0], Var):
+        return max(known, _min_rank(node.inputs[0], ix, depth + 1, before) + 1)
+    if node.op == "assign" and len(node.inputs) == 1 and isinstance(node.inputs[0], Var) and not node.kwargs:
+        return max(known, _min_rank(node.inputs[0], ix, depth + 1, before))
     if node.op == "getitem" and len(node.inputs) == 2 and isinstance(node.inputs[1], Sym):
         return max(known, _index_min_rank(node.inputs[1].text) or 0)
+    if node.op == "getitem" and len(node.inputs) == 2 and isinstance(node.inputs[1], Seq):
+        return max(known, _items_min_rank(node.inputs[1].items, ix) or 0)
     if node.op in _BROADCASTING:
-        return max([known, *(_min_rank(i, ix, depth + 1) for i in node.inputs if isinstance(i, Var))])
+        return max([known, *(_min_rank(i, ix, depth + 1, before) for i in node.inputs if isinstance(i, Var))])
     return known
+
+
+def _shape_read_rank(name: str, ix: MethodIndex, before: Pos) -> int:
+    """The least rank that the reads `name.shape[k]` (`k` a constant >= 0) of the method prove: such
+    a read raises unless the value has more than `k` axes. Only a read of the method's own code (no
+    helper) in a statement of its body's top level (every call runs it), ended before `before` and
+    before any statement binding `name` again, outside `with` and `try` blocks, and evaluated
+    whenever its statement completes: not in a branch of a conditional expression, a lambda or a
+    comprehension, and in a boolean operation only in its first operand or, in an `assert` of
+    `and`s, in any (the assert raises unless each was read)."""
+    tree = tree_of(ix.file.path)
+    fn_pos = ix.method.pos
+    if tree is None or fn_pos is None or before.file != fn_pos.file:
+        return 0
+    fn = next((f for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+               and f.lineno == fn_pos.line and f.col_offset == fn_pos.col), None)
+    if fn is None:
+        fn = next((f for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                   and f.name == ix.method.name and f.lineno <= fn_pos.line <= (f.end_lineno or f.lineno)), None)
+    if fn is None:
+        return 0
+    best = 0
+    for stmt in fn.body:
+        if (stmt.end_lineno or stmt.lineno) >= before.line or any(
+                isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load) for n in ast.walk(stmt)):
+            break  # past the match, or `name` bound again: later reads are of another value
+        if isinstance(stmt, (ast.With, ast.AsyncWith, ast.Try, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) \
+                or not isinstance(stmt, (ast.Assert, ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Expr, ast.If)):
+            continue
+        roots: list[ast.AST] = [stmt.test] if isinstance(stmt, (ast.Assert, ast.If)) else \
+            [stmt.value] if isinstance(stmt, (ast.Assign, ast.AugAssign, ast.Expr, ast.AnnAssign)) and stmt.value else []
+        best = max([best, *(_reads_always(r, name, isinstance(stmt, ast.Assert)) for r in roots)])
+    return best
+
+
+def _reads_always(expr: ast.AST, name: str, asserted: bool) -> int:
+    """One more than the largest `k` of the reads `name.shape[k]` that evaluating `expr` always makes
+    (see `_shape_read_rank`); 0 where none."""
+    if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Attribute) and expr.value.attr == "shape" \
+            and isinstance(expr.value.value, ast.Name) and expr.value.value.id == name \
+            and isinstance(expr.slice, ast.Constant) and type(expr.slice.value) is int and expr.slice.value >= 0:
+        return expr.slice.value + 1
+    if isinstance(expr, ast.BoolOp):
+        always = expr.values if asserted and isinstance(expr.op, ast.And) else expr.values[:1]
+        return max(_reads_always(v, name, asserted) for v in always)
+    if isinstance(expr, (ast.IfExp, ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+        return 0
+    if isinstance(expr, ast.Compare):
+        return _reads_always(expr.left, name, False) if len(expr.ops) > 1 else \
+            max(_reads_always(expr.left, name, False), _reads_always(expr.comparators[0], name, False))
+    return max([0, *(_reads_always(c, name, False) for c in ast.iter_child_nodes(expr))])
 
 
 def _moved_axes(back: tuple[int, ...], rank: int | None, least: int) -> str | None:
@@ -1033,7 +1113,9 @@ def _scores_permuted_back(match: Match, ix: MethodIndex) -> str | None:
         mask = match.bindings.get(name)
         if mask is None:
             continue
-        moved = _moved_axes(inverse, ix.shapes.rank(mask), _min_rank(mask, ix))
+        root = match.root
+        at = root.via[0] if root.via else root.pos
+        moved = _moved_axes(inverse, ix.shapes.rank(mask), _min_rank(mask, ix, before=at))
         if moved is None:
             named = "" if isinstance(mask, Var) and TEMP.match(mask.name) else f" `{render(mask)}`"
             return f"the mask{named} of the permuted scores has no proven rank to move its axes by"

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from engine.analysis.numbers import tree_of
 from engine.analysis.shapes import CASTS
-from engine.dsl.ir import HELPER_CONDITION, Cond, Const, FileModel, Node, Pos, Sym, Var
+from engine.dsl.ir import HELPER_CONDITION, Cond, Const, FileModel, Node, Pos, Seq, Sym, Var
 from engine.match import constraints
 from engine.match import matcher as _matcher
 from engine.match.matcher import (
@@ -251,17 +251,18 @@ _SHAPE_KEEPING = {"scale", "mul", "div", "add", "sub", "masked_fill", ".masked_f
                   ".type", ".half", ".bfloat16", "softmax", "dropout", "torch.where", ".contiguous", ".clone"}
 
 
-def _score_shaped(match: Match, ix: MethodIndex, whole: bool = False) -> set[str]:
+def _score_shaped(match: Match, ix: MethodIndex, whole: bool = False, start: str = "s0") -> set[str]:
     """The names of matched values shaped like the attention scores (..., query, key): the product
     of `$q` and `$k` (`s0`) and what the match computes from it elementwise (scaled, masked,
-    normalized, dropped out). A skipped optional step stands for its first input. With `whole`, the
+    normalized, dropped out). A skipped optional step stands for its first input. `start`: "s0p" for
+    the values shaped like the scores permuted after their product (an einsum's output order). With `whole`, the
     values of the product's very shape: an addition counts only in place (`w += attn_mask`, which
     cannot broadcast to a larger shape), and the view that merges a round trip of views back
     (constraint `mask_view_round_trip`) gives that shape again."""
     pattern = match.pattern
-    if pattern is None or "s0" not in match.nodes or not {"q", "k"} <= match.bindings.keys():
+    if pattern is None or start not in match.nodes or not {"q", "k"} <= match.bindings.keys():
         return set()
-    keys = {"s0"}
+    keys = {start}
     views = constraints.round_trip(match) if whole else None
     merge = next((key for key, node in match.nodes.items() if node is views[1]), None) \
         if views is not None and views[0] is not None and not constraints.CHECKS["mask_view_round_trip"](match, ix) \
@@ -269,7 +270,7 @@ def _score_shaped(match: Match, ix: MethodIndex, whole: bool = False) -> set[str
     split = next((key for key, node in match.nodes.items() if node is views[0]), None) if merge is not None else None
     between: set[str] = set()  # computed from the split view, before the merge
     for stmt in pattern.stmts[:-1]:
-        if stmt.out is None or stmt.out == "s0" or not stmt.data_args:
+        if stmt.out is None or stmt.out == start or not stmt.data_args:
             continue
         if stmt.out == split:
             between.add(stmt.out)
@@ -287,6 +288,24 @@ def _score_shaped(match: Match, ix: MethodIndex, whole: bool = False) -> set[str
         elif stmt.out in match.nodes and any(arg in between for arg in stmt.data_args):
             between.add(stmt.out)
     return {match.nodes[key].outputs[0] for key in keys if key in match.nodes and match.nodes[key].outputs}
+
+
+def _permuted_scores(match: Match, ix: MethodIndex) -> tuple[set[str], tuple[int, ...]] | None:
+    """The values shaped like the scores permuted after their product (`$s0p`, every axis named by a
+    constant permutation) and that permutation (axis `c` of them is the product's axis `perm[c]`)."""
+    there = match.nodes.get("s0p")
+    if there is None or there.op not in (".permute", "torch.permute") or there.kwargs:
+        return None
+    dims = there.inputs[1:]
+    if len(dims) == 1 and isinstance(dims[0], Seq):
+        dims = dims[0].items
+    if not dims or not all(isinstance(d, Const) and type(d.value) is int for d in dims):
+        return None
+    n = len(dims)
+    perm = tuple(d.value % n for d in dims)  # type: ignore[union-attr, operator]
+    if sorted(perm) != list(range(n)):
+        return None
+    return _score_shaped(match, ix, start="s0p"), perm
 
 
 def _whole_scores(match: Match, ix: MethodIndex) -> set[str]:
@@ -337,6 +356,15 @@ def _of_scores(operand, scores: set[str], ix: MethodIndex, depth: int = 0,
     return bool(merged) and all(_of_scores(v, scores, ix, depth + 1, keeps) for v in merged)
 
 
+def _here(node: Node, file: str) -> Pos:
+    """Where `node` is in the file `file`: its own position, or else the last call it was inlined
+    through that is in the file."""
+    assert node.pos is not None
+    if node.pos.file == file:
+        return node.pos
+    return next((p for p in reversed(node.via) if p.file == file), node.via[0] if node.via else node.pos)
+
+
 def _axes(index: object) -> tuple[str, ...] | None:
     """Which of the scores' axes an index of their shape reads: the last is the key's, the one
     before it the query's (`-2:` both)."""
@@ -348,7 +376,9 @@ def _axes(index: object) -> tuple[str, ...] | None:
 
 
 def _restatement(use: Node, scores: set[str], ix: MethodIndex, dtyped: set[str] | frozenset[str] = frozenset(),
-                 whole: Callable[[], set[str]] = set) -> tuple[Node, tuple[str, ...]] | None:
+                 whole: Callable[[], set[str]] = set,
+                 permuted: Callable[[], tuple[set[str], tuple[int, ...]] | None] = lambda: None,
+                 ) -> tuple[Node, tuple[str, ...]] | None:
     """A read of the scores' metadata that the query and the key state as well, and the node whose
     expression becomes that statement: `s.device` (the query's device), `s.shape[-1]` /
     `s.size(-1)` (the key's length), `s.shape[-2]` (the query's), `s.shape[-2:]` (both), and
@@ -357,9 +387,24 @@ def _restatement(use: Node, scores: set[str], ix: MethodIndex, dtyped: set[str] 
     not). The rewrite removes the scores; such a read is then written on `$q` and `$k` (synthesis).
     A read of the whole shape (`w.size()`, `w.shape`) of values of the product's very shape (`whole`:
     the 3-D scores of `torch.bmm`, whose shape is the query's but its last axis, then the key's
-    length) is restated as that (WavLM's `position_bias.view(attn_weights.size())`)."""
+    length) is restated as that (WavLM's `position_bias.view(attn_weights.size())`). A read of an axis
+    of the scores permuted after their product (`permuted`: those values and the permutation, labml's
+    `scores.shape[-1]` of einsum 'ibhd,jbhd->ijbh' scores, the heads) is the read of the kernel's
+    scores' axis it is: the key's or the query's length, or an axis they share with the query
+    (`axis-3`, the kernel query's axis -3)."""
     if use.kind != "op" or not use.inputs or use.pos is None:
         return None
+    if use.op == "getattr" and use.inputs[1:] == (Const("shape"),) and len(use.outputs) == 1 \
+            and (found := permuted()) is not None and _of_scores(use.inputs[0], found[0], ix):
+        users = ix.uses.get(use.outputs[0], [])
+        index = users[0].inputs[1] if len(users) == 1 and users[0].op == "getitem" and len(users[0].inputs) == 2 \
+            else None
+        perm, n = found[1], len(found[1])
+        if index is None or users[0].pos is None or not isinstance(index, Const) or type(index.value) is not int \
+                or not -n <= index.value < n:  # type: ignore[operator]
+            return None
+        kernel = perm[index.value % n] - n  # type: ignore[operator]
+        return users[0], ("key",) if kernel == -1 else ("query",) if kernel == -2 else (f"axis{kernel}",)
     if use.op == "getattr" and not use.via and use.inputs[1:] == (Const("dtype"),) and isinstance(use.inputs[0], Var) \
             and _of_scores(use.inputs[0], dtyped, ix, keeps=_KEEPS_DTYPE):
         # only for a dtype's limits (`torch.finfo(s.dtype).min`, a fill value); a test of the dtype
@@ -511,7 +556,9 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match], every: list[Ma
     rule = match.rule
     nodes = match.matched_nodes
     matched_ids = {id(n) for n in nodes}
-    placed = [n.pos for n in nodes if n.pos is not None] or [match.method.pos or Pos(match.file.path, 0, 0, 0, 0)]
+    # a node inlined from another file's method (a base class's `get_scores`) is placed at its call here
+    placed = [_here(n, match.file.path) for n in nodes if n.pos is not None] \
+        or [match.method.pos or Pos(match.file.path, 0, 0, 0, 0)]
     first = min(placed, key=lambda p: (p.line, p.col))
     last = max(placed, key=lambda p: (p.end_line, p.end_col))
     related = []
@@ -627,14 +674,22 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match], every: list[Ma
                          if cid not in own and (conflict or cid not in match.conditions)]
                 where = f"line {use.pos.line}" if use.pos else "a merge"
                 what = "returned" if use.kind == "return" else "stored" if use.kind == "store" else f"used by `{use.op}`"
+                restated = None
+                if not extra and not rule.detect_only:
+                    restated = _restatement(use, scores, ix, _product_dtyped(match), lambda: _whole_scores(match, ix),
+                                            lambda: _permuted_scores(match, ix)) or _helper_argument(use, match, ix)
+                elif not conflict and not rule.detect_only:
+                    # a read of an axis of permuted scores under a decision the match does not depend
+                    # on (labml's ALiBi cache, filled under an `if`): the read stays under it, stated on
+                    # the query, rather than the kernel guarded by that decision (other reads there
+                    # keep the original on that path, as they did before such reads were restated)
+                    restated = _restatement(use, set(), ix, permuted=lambda: _permuted_scores(match, ix))
+                if restated is not None:
+                    # `torch.eye(dots.shape[-1], device=dots.device)` where the kernel runs: the
+                    # kept statement reads the key's length and the query's device instead
+                    finding.restated.append(restated)
+                    continue
                 if not extra:
-                    restated = (_restatement(use, scores, ix, _product_dtyped(match), lambda: _whole_scores(match, ix))
-                                or _helper_argument(use, match, ix)) if not rule.detect_only else None
-                    if restated is not None:
-                        # `torch.eye(dots.shape[-1], device=dots.device)` where the kernel runs: the
-                        # kept statement reads the key's length and the query's device instead
-                        finding.restated.append(restated)
-                        continue
                     helper = ""
                     if use.kind == "return" and not use.via and not match.method.name.startswith("forward") \
                             and match.method.name != "__call__":
@@ -1248,8 +1303,10 @@ def _find_rule(rule: Rule, indexes: list[MethodIndex], near_misses: bool) -> lis
     for ix in indexes:
         # a match on a path no call takes (`None is not None`: a helper's test of the None its
         # caller passes) computes nothing
+        # ... and a match wholly in a method inherited from another file is that file's finding
         matches = [m for m in match_method(rule, ix, relaxed=near_misses)
-                   if all(constant_truth(m.cond_text.get(cid, "")) in (None, taken) for cid, taken in m.conditions.items())]
+                   if all(constant_truth(m.cond_text.get(cid, "")) in (None, taken) for cid, taken in m.conditions.items())
+                   and not all(n.pos is not None and n.pos.file != ix.file.path for n in m.nodes.values())]
         every[id(ix)] = [m for m in matches if not m.relaxed]
         by_root: dict[int, list[Match]] = {}
         for m in matches:

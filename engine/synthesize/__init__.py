@@ -66,6 +66,7 @@ class _File:
         original = lines[region.start - 1:region.end]
         try:
             synth = Synthesizer(region.text(lines), lines, region.offset, self.context)
+            synth.path = path
         except Exception as exc:  # libcst cannot parse this function: nothing in it is rewritten
             for f in region.findings:
                 self.failed[_identity(f)] = f"the function does not parse for rewriting: {exc}"

@@ -480,6 +480,23 @@ def sequence_axis(match: Match, name: str) -> tuple[Operand, int] | None:
     return base, source - rank
 
 
+def shared_axis(match: Match, position: int) -> tuple[Operand, int] | None:
+    """The operand behind the kernel's `$q` as the code holds it, and which of its axes is the kernel
+    query's axis `position` (< -2: a batch or head axis the scores share with the query); only where
+    an einsum lowering made the kernel's query, whose permutation names each of its axes' origins."""
+    if position >= -2 or _one_row(match, "s0") or match.relayout.get("q"):
+        return None
+    low = _lowered(match, "q", lambda o: "")
+    if low is None:
+        return None
+    _, origin, new, _ = low
+    base, nodes = _chain(match, match.bindings.get("q"))
+    if base is None or not nodes or nodes[0].op != ".permute" or new or -position > len(origin):
+        return None
+    source = origin[len(origin) + position]
+    return (base, source - len(_dims(nodes[0]))) if source is not None else None
+
+
 def restated(match: Match, axes: tuple[str, ...], render: Callable[[Operand], str | None],
              method: str = "shape") -> str | None:
     """The text of a read of the scores' metadata (`axes`, see engine/match/scope.py `_restatement`)
@@ -498,7 +515,8 @@ def restated(match: Match, axes: tuple[str, ...], render: Callable[[Operand], st
             f"{q}.shape[:-1] + {k}.shape[{last}]"
     texts = []
     for axis in axes:
-        found = sequence_axis(match, "k" if axis == "key" else "q")
+        found = shared_axis(match, int(axis[4:])) if axis.startswith("axis") else \
+            sequence_axis(match, "k" if axis == "key" else "q")
         if found is None:
             return None
         operand, position = found

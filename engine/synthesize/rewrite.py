@@ -607,6 +607,7 @@ class Synthesizer:
     def __init__(self, region_text: str, lines: list[str], offset: int = 0, context: FileContext | None = None) -> None:
         self.lines = lines
         self.offset = offset
+        self.path: str | None = None  # the file's path as positions name it, where known
         self.context = context or FileContext()
         self.module = cst.parse_module(region_text)
         try:
@@ -635,7 +636,15 @@ class Synthesizer:
 
     # -- locating -----------------------------------------------------------------------------
 
+    def _here(self, pos: Pos) -> Pos:
+        """`pos`, which must be in this file: a helper inlined from another file (a base class's
+        method) is not written at its call (its text is not here)."""
+        if self.path is not None and pos.file and pos.file != self.path:
+            raise SynthesisError(f"the rewrite would read code of {pos.file} (line {pos.line}) in {self.path}")
+        return pos
+
     def _file_range(self, pos: Pos) -> tuple[int, int, int, int]:
+        self._here(pos)  # a step inlined from a method of another file (a base class's): its text is not here
         line_text = self.lines[pos.line - 1] if pos.line - 1 < len(self.lines) else ""
         end_text = self.lines[pos.end_line - 1] if pos.end_line - 1 < len(self.lines) else ""
         return pos.line, _char_col(line_text, pos.col), pos.end_line, _char_col(end_text, pos.end_col)
@@ -1093,7 +1102,7 @@ class Synthesizer:
         func = call_expr.func
         bound_self = isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self"
         helper = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else None
-        def_line = _def_line(self.lines, root.pos.line, helper)
+        def_line = _def_line(self.lines, self._here(root.pos).line, helper)
         caller_names = {p.name for p in match.method.params} | \
             {_python_name(o) for n in match.method.nodes if not n.via for o in n.outputs if not _TEMP.match(o)}
         fthrough = match.bindings.get("fthrough")
@@ -1702,7 +1711,8 @@ class Synthesizer:
         caller_names = {p.name for p in match.method.params} | \
             {_python_name(o) for n in match.method.nodes if not n.via for o in n.outputs if not _TEMP.match(o)}
         try:
-            return callsite.Translation(self.lines, _def_line(self.lines, inside.pos.line, helper), helper,  # type: ignore[union-attr]
+            return callsite.Translation(self.lines, _def_line(self.lines, self._here(inside.pos).line, helper),  # type: ignore[arg-type]
+                                        helper,
                                         self.source(via[0]), bound_self, caller_names,
                                         {match.cond_text[c]: t for c, t in match.conditions.items() if c in match.cond_text})
         except callsite.CallSiteError as exc:

@@ -91,6 +91,12 @@ attention, twice: wild6 TP 35 FN 1): wild1-7 293/0/22 (R 0.930).
 Both merged (with a shape check of the scores that also reads a bias handed to the kernel kept, restated
 on the key, and a metadata read of the scores in local-attention's helper no longer an escape): wild8 TP 17 FN 7
 (R 0.708), all eight sets 310/0/29 (R 0.914).
+Then every `def` of a redefined module-level helper is a site of its own (stable-audio-tools' rms_norm
+shadowed by its compiled redefinition), and a method inherited from a base class of another file of
+the repository is inlined, read in its file (labml's ALiBi attention: the base's get_scores and
+nn.Softmax(dim=1); its bias added in place keeps the scores' shape, an assert's mask.shape[2] proves
+the mask's rank, and the cache's read of the heads from the permuted scores is restated on the
+query): wild8 TP 19 FN 5 (R 0.792), all eight sets 312/0/27 (R 0.920); with wild9, all nine 326/0/30 (R 0.916).
 
 wild9 (segmentation-models-pytorch, DALLE2-pytorch, x-clip, tab-transformer-pytorch, vocos, RETRO-pytorch), held out
 and labelled the same way before the tool ran on it, has its own figures: on 2026-12-06, at its first scan, TP 14  FP 0
@@ -164,7 +170,7 @@ def test_precision_and_recall_against_the_labels(scanned, labels):
     wild7 = W.score(W.set_labels(labels, "wild7"), W.set_sites(every_site, "wild7"))
     _at_least(wild7, 20, 0, 6, 1.0, 0.76, "wild7")
     wild8 = W.score(W.set_labels(labels, "wild8"), W.set_sites(every_site, "wild8"))
-    _at_least(wild8, 17, 0, 7, 1.0, 0.70, "wild8")
+    _at_least(wild8, 19, 0, 5, 1.0, 0.79, "wild8")
     wild9 = W.score(W.set_labels(labels, "wild9"), W.set_sites(every_site, "wild9"))
     _at_least(wild9, 15, 0, 2, 1.0, 0.88, "wild9")
     labels = W.set_labels(labels, "wild1") + W.set_labels(labels, "wild2")
