@@ -190,12 +190,16 @@ def test_softmax_branches_over_different_axes_are_not_one_value():
     assert "onnx_trace" not in findings[0].guard_text  # the two spellings of the softmax are one
 
 
-def test_a_mask_changed_by_a_function_under_its_none_test_is_no_pass_through():
-    # `some_fn(attn_mask)` is no tensor method of the mask (it may give a tensor for None): the rewrite keeps the None path
+def test_a_mask_changed_by_a_function_under_its_none_test_is_assigned_back():
+    # `some_fn(attn_mask)` assigned back to the name on the branch that tests it (scope `_assigned_back`):
+    # after the `if` the name holds the function's value where a mask was given and None where not,
+    # and the bias is added only on that branch (a None from `some_fn` would make the original's `+=`
+    # raise): the kernel takes the name as it stands, so a missing mask needs no guard
     source = FAIRSEQ_MHA.replace("attn_mask = attn_mask.unsqueeze(0)\n", "attn_mask = some_fn(attn_mask)\n")
-    findings, _ = _rewrite(source)
+    findings, new = _rewrite(source)
     assert [f.status for f in findings] == ["guarded"]
-    assert "attn_mask is None" in findings[0].guard_text
+    assert "attn_mask is None" not in findings[0].guard_text
+    assert "some_fn(attn_mask)" in new and "if attn_mask is not None" in new
 
 
 def test_a_literal_whose_negation_is_a_term_of_the_guard_is_dropped():
