@@ -1400,8 +1400,9 @@ def _least_guarded(best: Match, ix: MethodIndex, group: list[Match], every: list
     if finding is not None and finding.status == "guarded":
         # readings of the root as full as the chosen one that differ in which branches they take (a
         # fill under `if exists(mask):` with the kernel taking the mask where it is set, or the one
-        # under `if self.causal:`): the one whose original is kept on the fewest paths, so that the
-        # kernel runs where neither fill is made (x-clip's vision tower) and not only on one branch
+        # under `if self.causal:`): one whose kernel takes the optional fill's mask or None, keeping
+        # the original on fewer paths, so that the kernel runs where neither fill is made (x-clip's
+        # vision tower) and not only on one branch (`_least_kept`)
         level = fullness(chosen)
         ties = [(m, ix, group) for m in group if m is not chosen and m is not best and fullness(m) == level]
         picked = _least_kept(ties, finding)
@@ -1416,19 +1417,27 @@ def _least_guarded(best: Match, ix: MethodIndex, group: list[Match], every: list
 
 
 def _least_kept(candidates: list[tuple[Match, MethodIndex, list[Match]]], than: Finding | None = None) -> Finding | None:
-    """Of `candidates` (matches of one root, each with what analysing it needs), the rewritable
-    finding whose original code is kept on the fewest paths (`_kept_share`), the first of equals;
-    where `than` is given, only one that keeps it on fewer paths than `than`. None where none is."""
-    best: Finding | None = None
-    kept = _share(than) if than is not None else 2.0
+    """Of `candidates` (matches of one root, each with what analysing it needs), the first rewritable
+    finding (or `than`, where given), replaced by a later one whose kernel takes an optional fill's
+    mask where it is set and none elsewhere (so it runs on both branches of that fill's decision)
+    where the one held does not, and whose original is kept on fewer paths (`_kept_share`): x-clip's
+    padding reading before its causal one, not a reading that only trades one branch for another
+    (DALLE2's padding fill beside a bias, which no kernel takes as optional: its causal reading
+    stays). None where no candidate is rewritable and `than` is not given."""
+    held = than
     for m, ix, group in candidates:
         candidate = analyse(m, ix, group)
         if candidate is None or candidate.status not in ("rewritten", "guarded"):
             continue
-        share = _share(candidate)
-        if share < kept:
-            best, kept = candidate, share
-    return best
+        if held is None:
+            held = candidate
+        elif _passes_fill(candidate) and not _passes_fill(held) and _share(candidate) < _share(held):
+            held = candidate
+    return None if held is than else held
+
+
+def _passes_fill(finding: Finding) -> bool:
+    return finding.match is not None and "fmask" in finding.match.optional
 
 
 def _share(finding: Finding) -> float:
