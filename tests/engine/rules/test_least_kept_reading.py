@@ -154,3 +154,16 @@ def test_kept_share_counts_paths():
     # `exists(mask) or not self.causal`: kept on three paths of four
     assert _kept_share([frozenset({("exists(mask)", True)}), frozenset({("self.causal", False)})]) == 0.75
     assert _kept_share([frozenset({("a", True), ("b", True)})]) == 0.25
+
+
+def test_a_reading_that_only_trades_one_branch_for_another_is_not_taken():
+    # a bias beside the padding fill: no kernel takes that fill's mask as optional (DALLE2's
+    # attention), so its reading would only move the kernel from the causal branch to the padded
+    # one; the causal reading (the common path of a causal transformer) stays as it was
+    source = SOURCE.replace("mask=None, rotary_pos_emb=None", "mask=None, rotary_pos_emb=None, attn_bias=None").replace(
+        "        mask_value = -torch.finfo(sim.dtype).max\n",
+        "        if exists(attn_bias):\n            sim = sim + attn_bias\n\n        mask_value = -torch.finfo(sim.dtype).max\n")
+    findings, new = scan(source)
+    assert [(f.status, f.guard_text) for f in findings] == [
+        ("guarded", "not (exists(attn_bias)) or exists(mask) or not self.causal")]
+    _same_on_every_path(source, new)
