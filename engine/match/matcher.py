@@ -195,6 +195,8 @@ class Finding:
     locations: list[Pos] = field(default_factory=list)  # every matched node, as written
     related: list[Pos] = field(default_factory=list)  # call sites through which helpers were inlined
     guard_text: str | None = None  # Python condition under which the original code must run
+    # that condition as a disjunction of conjunctions of (condition text, taken) (`scope.analyse`)
+    guard_terms: list = field(default_factory=list, repr=False, compare=False)
     checks: list[Pos] = field(default_factory=list)  # shape validations of intermediates the rewrite removes
     dead: list[Pos] = field(default_factory=list)  # statements only the matched code needed (Match.dead)
     # unmatched nodes that only compute arguments the rewrite drops (`mask_value = -finfo(s.dtype).max`)

@@ -770,6 +770,7 @@ def analyse(match: Match, ix: MethodIndex, siblings: list[Match], every: list[Ma
             return near_miss(f"the original code would have to be kept when the helper's `{opaque[len(HELPER_CONDITION):]}` "
                              "holds, which its caller cannot test")
         finding.guard_text = _render_dnf(terms).replace(HELPER_CONDITION, "")
+        finding.guard_terms = terms
         if any(c.taken and c.text == finding.guard_text for c in match.root.guard):
             # this is the original code an earlier guarded rewrite kept under `if <guard>:`: the
             # rewritten form itself, not a finding (a near-miss here flagged the tool's own edit)
@@ -1452,10 +1453,68 @@ def _least_guarded(best: Match, ix: MethodIndex, group: list[Match], every: list
             candidate = analyse(other, ix, group)
             if candidate is not None and candidate.status in ("rewritten", "guarded"):
                 finding, chosen = candidate, other
+    passed_over: list[Match] = []
+    if finding is not None and finding.status == "guarded":
+        # readings of the root as full as the chosen one that differ in which branches they take (a
+        # fill under `if exists(mask):` with the kernel taking the mask where it is set, or the one
+        # under `if self.causal:`): one whose kernel takes the optional fill's mask or None, keeping
+        # the original on fewer paths, so that the kernel runs where neither fill is made (x-clip's
+        # vision tower) and not only on one branch (`_least_kept`)
+        level = fullness(chosen)
+        ties = [(m, ix, group) for m in group if m is not chosen and m is not best and fullness(m) == level]
+        picked = _least_kept(ties, finding)
+        if picked is not None:
+            passed_over.append(chosen)
+            finding, chosen = picked, picked.match
     if finding is not None and finding.status in ("rewritten", "guarded"):
-        others = sorted((m for m in group if m is not chosen and m is not best), key=fullness, reverse=True)
+        others = sorted((m for m in group if m is not chosen and (m is not best or any(m is p for p in passed_over))),
+                        key=fullness, reverse=True)
         finding.fallbacks = [(m, ix, group) for m in others[:_FALLBACKS]]
     return finding
+
+
+def _least_kept(candidates: list[tuple[Match, MethodIndex, list[Match]]], than: Finding | None = None) -> Finding | None:
+    """Of `candidates` (matches of one root, each with what analysing it needs), the first rewritable
+    finding (or `than`, where given), replaced by a later one whose kernel takes an optional fill's
+    mask where it is set and none elsewhere (so it runs on both branches of that fill's decision)
+    where the one held does not, and whose original is kept on fewer paths (`_kept_share`): x-clip's
+    padding reading before its causal one, not a reading that only trades one branch for another
+    (DALLE2's padding fill beside a bias, which no kernel takes as optional: its causal reading
+    stays). None where no candidate is rewritable and `than` is not given."""
+    held = than
+    for m, ix, group in candidates:
+        candidate = analyse(m, ix, group)
+        if candidate is None or candidate.status not in ("rewritten", "guarded"):
+            continue
+        if held is None:
+            held = candidate
+        elif _passes_fill(candidate) and not _passes_fill(held) and _share(candidate) < _share(held):
+            held = candidate
+    return None if held is than else held
+
+
+def _passes_fill(finding: Finding) -> bool:
+    return finding.match is not None and "fmask" in finding.match.optional
+
+
+def _share(finding: Finding) -> float:
+    return _kept_share(finding.guard_terms) if finding.status == "guarded" else 0.0
+
+
+def _kept_share(terms: list[frozenset]) -> float:
+    """The share of the paths (each condition text taken as an independent choice) on which a guard
+    written as `terms` (a disjunction of conjunctions of (text, taken)) keeps the original code; 1.0
+    where there are too many conditions to count."""
+    texts = sorted({text for term in terms for text, _ in term})
+    if not terms:
+        return 0.0
+    if len(texts) > 12:
+        return 1.0
+    kept = 0
+    for bits in range(1 << len(texts)):
+        value = {text: bool(bits >> i & 1) for i, text in enumerate(texts)}
+        kept += any(all(value[text] == taken for text, taken in term) for term in terms)
+    return kept / (1 << len(texts))
 
 
 _FALLBACKS = 4  # other matches of a root kept for synthesis to try when it cannot write the chosen one
@@ -1467,16 +1526,22 @@ def fallback(finding: Finding) -> Finding | None:
     reassigns before the kernel call (`q = q * scale`, then `q = rotary(q)`), where a smaller match of
     the same root (the scale left in place) is still a correct rewrite."""
     while finding.fallbacks:
-        m, ix, group = finding.fallbacks.pop(0)
-        candidate = analyse(m, ix, group)
-        if candidate is not None and candidate.status in ("rewritten", "guarded"):
+        # the next matches as full as one another: the one that keeps the original on the fewest paths
+        level = _fullness(finding.fallbacks[0][0], finding.fallbacks[0][1])
+        run = 1
+        while run < len(finding.fallbacks) and _fullness(finding.fallbacks[run][0], finding.fallbacks[run][1]) == level:
+            run += 1
+        ties, finding.fallbacks = finding.fallbacks[:run], finding.fallbacks[run:]
+        candidate = _least_kept(ties)
+        if candidate is not None:
+            finding.fallbacks = [t for t in ties if t[0] is not candidate.match] + finding.fallbacks
             candidate.fallbacks = finding.fallbacks
             return candidate
     return None
 
 
 _CHOSEN_MATCH_FIELDS = ("status", "line", "end_line", "reason", "locations", "related", "guard_text", "checks",
-                        "companions", "dead", "match", "fallbacks", "partner")
+                        "companions", "dead", "match", "fallbacks", "partner", "guard_terms")
 
 
 def adopt(finding: Finding, other: Finding) -> None:
