@@ -1453,9 +1453,10 @@ def _fused_where_params_live(match: Match, ix: MethodIndex) -> str | None:
     the devices with a fused kernel), not on whether CUDA exists somewhere. The parameters must be
     readable twice without being consumed: `<module>.parameters()` (called again), or a list built in
     the function (a list literal or comprehension, or one filled by `append`/`insert`, of parameters
-    or of groups whose `params` are such lists or were already iterated here). Anything else is
-    materialized once as the optimizer's argument, as the optimizer's own first step does
-    (`_materialized_once`). Parameters written as an expression at the call are read from its
+    or of groups whose `params` are such lists or were already iterated here), or a list of group
+    dict literals whose generators are made lists where they are written (`_group_literals`,
+    `$listed_at`). Anything else is materialized once as the optimizer's argument, as the
+    optimizer's own first step does (`_materialized_once`). Parameters written as an expression at the call are read from its
     source (`_written_params`). Binds `$fused` to that test (or `$merged`: `_bind_fused`)."""
     node = match.root
     params = node.inputs[0] if node.inputs else node.kwarg("params")
@@ -1480,6 +1481,15 @@ def _fused_where_params_live(match: Match, ix: MethodIndex) -> str | None:
         owner = producer.inputs[0]
         owner_text = owner.text if isinstance(owner, Sym) else owner.name.partition(".")[0]
         return _bind_fused(match, f"all(p.device.type in {_FUSED_DEVICES} for p in {owner_text}.parameters())")
+    wrapped = _group_literals(params, match, ix)
+    match.bindings.pop("listed_at", None)
+    if isinstance(wrapped, str):
+        return wrapped
+    if wrapped is not None:
+        if wrapped:
+            match.bindings["listed_at"] = Const(wrapped)
+        name = params.name.partition(".")[0]
+        return _bind_fused(match, f'all(p.device.type in {_FUSED_DEVICES} for g in {name} for p in g["params"])')
     if _built_list(params, ix) is None:
         return _materialized_once(params, match)
     why = _unreadable_groups(params, match, ix)
@@ -1489,6 +1499,89 @@ def _fused_where_params_live(match: Match, ix: MethodIndex) -> str | None:
     return _bind_fused(match, f"all(p.device.type in {_FUSED_DEVICES} for g in {name} "
                               f'for p in (g["params"] if isinstance(g, dict) else [g])) and {_distinct(name)}',
                        defaulted=True)
+
+
+def _group_literals(params: Operand, match: Match, ix: MethodIndex) -> tuple | str | None:
+    """Where the optimizer's parameters name a list of group dict literals assigned in the same
+    block before the call (vocos: `disc_params = [{"params": self.mpd.parameters()}, ...]`), the
+    positions `(line, col, end_line, end_col)` of the groups' `params` values to be made lists at
+    the literal (`{"params": list(self.mpd.parameters())}`), so that the device test can read them
+    again: a selection of a module's parameters (`_parameters_selected_from`; a list already,
+    `[p for p in m.parameters() if ...]`, stays; other tensors may hold one twice). The optimizer makes each group's `params` a list itself (`list(params)`),
+    so the values are the same, read a little earlier: only assignments whose values call nothing
+    but `.parameters()`/`.named_parameters()`, `filter`/`all`/`list`/`tuple`/`sorted` or another
+    optimizer (which changes no module) may stand between the literal and the call, and the
+    function must mention the name nowhere else. Each group holds the tensors of one selection,
+    each once; a tensor in two groups raises either way. A str (why not) where such a literal
+    holds a selection that cannot be made a list there: read as a group's `params` at the call it
+    is a generator, which the device test cannot read, so `fused` would never be set. None where
+    the parameters are not such a literal."""
+    producer = ix.defs.get(params.name) if isinstance(params, Var) else None
+    found = _enclosing(match)
+    if producer is None or producer.op != "assign" or producer.via or match.root.via or producer.pos is None \
+            or found is None:
+        return None
+    fn, call = found
+    name = params.name.partition(".")[0]
+    shadowed = _shadowed(match)
+    at = (producer.pos.line, producer.pos.col)
+    assign = next((n for n in ast.walk(fn) if isinstance(n, ast.Assign) and (n.lineno, n.col_offset) == at), None)
+    if assign is None or len(assign.targets) != 1 or not isinstance(assign.targets[0], ast.Name) \
+            or assign.targets[0].id != name or not isinstance(assign.value, ast.List) or not assign.value.elts:
+        return None
+    wrapped = []
+    for group in assign.value.elts:
+        if not isinstance(group, ast.Dict) or any(not (isinstance(k, ast.Constant) and isinstance(k.value, str))
+                                                  for k in group.keys):
+            return None
+        value = next((v for k, v in zip(group.keys, group.values, strict=True)
+                      if isinstance(k, ast.Constant) and k.value == "params"), None)
+        if value is None:
+            return None
+        if _parameters_selected_from(value, shadowed) is None:
+            return None  # other tensors may hold one twice, which the fused kernel would update once
+        if isinstance(value, (ast.List, ast.ListComp)) or isinstance(value, ast.Call) \
+                and _items_of(value, shadowed) is not None:
+            continue  # a list already (of what the call would give: the same reads)
+        inside = 1 if isinstance(value, ast.GeneratorExp) else 0  # its range holds its parentheses
+        wrapped.append((value.lineno, value.col_offset + inside, value.end_lineno, value.end_col_offset - inside))
+    why = (f"a group of `{name}` holds a generator (`{ast.unparse(wrapped_value)}`) that cannot be made a list "
+           "where it is written: the device test cannot read it, so `fused` would never be set"
+           if (wrapped_value := _first_at(assign, wrapped)) is not None else None)
+    blocks = [getattr(n, f) for n in ast.walk(fn) for f in ("body", "orelse", "finalbody")
+              if isinstance(getattr(n, f, None), list)]
+    block = next((b for b in blocks if assign in b), [])
+    start = block.index(assign) if assign in block else -1
+    end = next((i for i, s in enumerate(block) if any(n is call for n in ast.walk(s))), -1)
+    if not call.args or not (isinstance(call.args[0], ast.Name) and call.args[0].id == name) or end <= start \
+            or any(isinstance(getattr(block[end], field, None), list) for field in ("body", "orelse")):
+        return why  # the call's own statement follows in the block: no test or loop runs in between
+    own = {id(n) for k in call.keywords if k.arg == "fused" for n in ast.walk(k.value)}  # this rule's own test
+    mentions = [n for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id == name and id(n) not in own]
+    if len(mentions) != 2 or any(isinstance(n, (ast.Global, ast.Nonlocal)) and name in n.names for n in ast.walk(fn)):
+        return why  # the assignment and the call's argument only
+    allowed = ("filter", "all", *_SAME_ITEMS)  # `all`: a device test of another optimizer
+    optimizers = {(n.pos.line, n.pos.col) for n in match.method.nodes
+                  if n.op.startswith("torch.optim.") and not n.via and n.pos is not None}
+
+    def inert(stmt: ast.stmt) -> bool:
+        return isinstance(stmt, ast.Assign) and all(isinstance(t, ast.Name) for t in stmt.targets) and all(
+            isinstance(n.func, ast.Attribute) and n.func.attr in ("parameters", "named_parameters") and not n.args
+            or isinstance(n.func, ast.Name) and n.func.id in allowed and not shadowed(n.func.id)
+            or (n.lineno, n.col_offset) in optimizers  # another optimizer: it reads its own groups only
+            for n in ast.walk(stmt.value) if isinstance(n, ast.Call))
+
+    if not all(inert(stmt) for stmt in block[start:end]):
+        return why
+    return tuple(wrapped)
+
+
+def _first_at(tree: ast.AST, positions: list) -> ast.expr | None:
+    """The expression of `tree` at the first of `positions`, if any."""
+    return next((n for n in ast.walk(tree) if isinstance(n, ast.expr) and positions and (
+        n.lineno, n.col_offset, n.end_lineno, n.end_col_offset) == positions[0]
+        or isinstance(n, ast.GeneratorExp) and positions and (
+        n.lineno, n.col_offset + 1, n.end_lineno, n.end_col_offset - 1) == positions[0]), None)
 
 
 def _shadowed(match: Match) -> Callable[[str], bool]:

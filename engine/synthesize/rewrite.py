@@ -973,12 +973,16 @@ class Synthesizer:
                 raise SynthesisError("a mask folded on its branch is not written under a guard")
             removable = [stmt for stmt in removable if stmt not in folded]
             restated = {**restated, **folded}
+        listed = self._listed_at(match, root_stmt)
+        if listed and guard is not None:
+            raise SynthesisError("a value made a list at its literal is not written under a guard")
         dels = self._dels(root_stmt.node, [*removable, *companions], code, postpone=guard is None)
         if guard is not None:
             return self._guarded(finding, guard, root_stmt, new_stmt, removable, code, companions, restated, dels)
         removable.extend(self.compound_at(pos) for pos in finding.dead)
         removable.extend(stmt for stmt, new in dels.items() if new is None)
         changed = {stmt: new for stmt, new in dels.items() if new is not None}
+        changed.update(listed)
         new_stmt, spaced = self._keep_separation(root_stmt.node, new_stmt, removable, changed)
         changed.update(spaced)
         footprint = [self._footprint(n) for n in [root_stmt.node, *removable, *restated, *changed]]
@@ -1215,6 +1219,30 @@ class Synthesizer:
             new_stmt, _ = self._keep_separation(call_stmt.node, new_stmt, list(removable), {}, below=False)
         footprint = [self._footprint(n) for n in [call_stmt.node, *removable]]
         return Edit({call_stmt.node: new_stmt}, set(removable), {}, footprint, new_code)
+
+    def _listed_at(self, match: Match, root_stmt: _Located) -> dict:
+        """The statements whose expressions a constraint asks to be made lists where they are
+        written (`$listed_at`: the positions of a group literal's `params` values, fused-adamw's
+        `_group_literals`), each with those expressions wrapped in `list(...)`."""
+        listed = match.bindings.get("listed_at")
+        if not isinstance(listed, Const) or not isinstance(listed.value, tuple) or not listed.value:
+            return {}
+        file = match.root.pos.file if match.root.pos is not None else ""
+        by_stmt: dict[cst.CSTNode, dict] = {}
+        for line, col, end_line, end_col in listed.value:
+            pos = Pos(file, line, col, end_line, end_col)
+            stmt, expr = self.statement_at(pos).node, self.expression_at(pos)
+            if stmt is root_stmt.node:
+                raise SynthesisError("the value to make a list is in the rewritten statement itself")
+            if isinstance(expr, cst.GeneratorExp):  # `list(p for p in ...)`: its own parentheses go
+                expr = expr.with_changes(lpar=[], rpar=[])
+            by_stmt.setdefault(stmt, {})[self.expression_at(pos)] = cst.Call(cst.Name("list"), [cst.Arg(expr)])
+        changed = {}
+        for stmt, exprs in by_stmt.items():
+            replacer = _Rewriter(exprs, set())
+            replacer.deep = True
+            changed[stmt] = stmt.visit(replacer)
+        return changed
 
     def _kernel_and_fixup(self, match: Match, expr: cst.BaseExpression) -> tuple[str, str | None]:
         """The kernel's code and, where the fix-up of fully masked rows reads a mask taken only where
