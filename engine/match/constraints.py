@@ -1924,9 +1924,10 @@ def _on_exclusive_path(match: Match, node: Node) -> bool:
 
 
 def _feeds_fused(node: Node, root: Node, ix: MethodIndex) -> bool:
-    """Whether `node` only computes the value `root` passes as `fused=` (through single readers)."""
+    """Whether `node` only computes the value `root` passes as `fused=` (through single readers: the
+    longest chain is the distinct-tensor count, `{...}` -> `len` -> `==` -> `and` -> `or None`)."""
     fused = root.kwarg("fused")
-    for _ in range(3):
+    for _ in range(6):
         if fused is None or not node.outputs:
             return False
         if fused == Var(node.outputs[0]):

@@ -69,9 +69,11 @@ def _operand_text(operand, ix, depth: int = 0) -> str | None:
     node = ix.defs.get(operand.name)
     if node is None:
         return operand.name  # a parameter or a name bound outside the method
-    if node.op == "generatorexp":
+    if node.op in ("generatorexp", "listcomp", "setcomp", "dictcomp"):  # a comprehension keeps its source
         text = node.kwarg("text")
         return text.text if isinstance(text, Sym) else None
+    if node.op.startswith("compare:"):  # `a == b` (the fused= test's count of distinct tensors)
+        return _compare_text(node, ix, depth)
     if node.kind != "op" or not node.op.replace(".", "").replace("_", "").isalnum():
         return None
     args = [_operand_text(i, ix, depth + 1) for i in node.inputs]
@@ -86,6 +88,17 @@ def _operand_text(operand, ix, depth: int = 0) -> str | None:
         head, args = args[0], args[1:]
         return f"({head}){node.op}({', '.join([*args, *(f'{k}={v}' for k, v in kwargs)])})"
     return f"{node.op}({', '.join([*args, *(f'{k}={v}' for k, v in kwargs)])})"
+
+
+_COMPARE_OPS = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+
+
+def _compare_text(node, ix, depth: int) -> str | None:
+    symbol = _COMPARE_OPS.get(node.op.partition(":")[2])
+    if symbol is None or len(node.inputs) != 2 or node.kwargs:
+        return None
+    left, right = (_operand_text(i, ix, depth + 1) for i in node.inputs)
+    return None if left is None or right is None else f"({left}) {symbol} ({right})"
 
 
 def _binding_text(value) -> str | None:
