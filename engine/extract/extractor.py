@@ -574,6 +574,8 @@ class _FileExtractor:
         as the methods of a pseudo-class `__module__`; top-level code is the method `__toplevel__`."""
         methods: list[Method] = []
         for fn in self.function_defs:  # each def is a function of its own, a redefined one too
+            if _is_scripted(fn):
+                continue  # compiled on its own (a kernel there would have to be scriptable): its calls are the sites
             methods.append(_MethodExtractor(self, [], {}, fn).run())
         # methods of classes that are not modules (a Trainer building the optimizer, a sampler), as
         # functions named `Class.method`: no layers of their own, but what they call still matches
@@ -2153,10 +2155,11 @@ class _MethodExtractor:
         if fn.args.vararg or fn.args.kwarg or any(isinstance(a, ast.Starred) for a in e.args) \
                 or any(k.arg is None for k in e.keywords):
             return None
-        # a decorated helper (`@torch.jit.script`, `@compile`) computes what its body says: its nodes
-        # are the caller's steps, and a rewrite is written in the caller (the helper stays as it is)
+        # a decorated helper (`@compile`) computes what its body says: its nodes are the caller's steps;
+        # a `@torch.jit.script` one is compiled on its own and is not read (the paper's labels count no
+        # site in scripted helpers: reading them added three softmax findings to gpt_bigcode)
         owner = self.owners.get(id(fn), self.fx)  # the file holding `fn`: the code being read, unless recorded
-        if owner.is_generator(fn):
+        if owner.is_generator(fn) or _is_scripted(fn):
             return None
         params = [*fn.args.posonlyargs, *fn.args.args]
         is_static = any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in fn.decorator_list)
@@ -2302,6 +2305,16 @@ def _mentions(operand: Operand, name: str) -> bool:
     if type(operand) is Var:
         return operand.name == name
     return type(operand) is Seq and any(_mentions(item, name) for item in operand.items)
+
+
+def _is_scripted(fn: ast.FunctionDef) -> bool:
+    """`@torch.jit.script` functions are compiled on their own: their body is read at each Python
+    call (`inline`), where a rewrite is written; the function itself is no site."""
+    for dec in fn.decorator_list:
+        target = dec.func if isinstance(dec, ast.Call) else dec
+        if isinstance(target, ast.Attribute) and target.attr in ("script", "script_if_tracing"):
+            return True
+    return False
 
 
 def _binds_otherwise(info: ClassInfo, name: str) -> bool:

@@ -7,8 +7,6 @@ the caller and the helper stays. Rewrites run beside the originals in float64.""
 
 from __future__ import annotations
 
-import importlib
-
 import pytest
 
 from engine.scan import scan_source, select_rules
@@ -152,21 +150,12 @@ class Attention(nn.Module):
 '''
 
 
-def test_a_scripted_scorer_is_the_callers_step(tmp_path, monkeypatch):
+def test_a_scripted_scorer_is_not_read():
+    # `@torch.jit.script` helpers are compiled on their own and not read (extractor `_is_scripted`):
+    # reading them gave findings the paper's labels do not count (gpt_bigcode's softmax helpers)
     source = SCRIPTED_SCORER.format(dim=-1)
     findings, new = scan_source(source, select_rules("sdpa-attention"), "case.py", "case")
-    assert [f.status for f in findings] == ["rewritten"], [(f.status, f.reason) for f in findings]
-    assert "scaled_dot_product_attention" in new and "@torch.jit.script\ndef scores_of" in new, new
-    assert scan_source(new, select_rules("sdpa-attention"), "case.py", "case")[1] == new
-    # torch.jit.script reads a function's source from its module's file: each version gets a file
-    monkeypatch.syspath_prepend(str(tmp_path))
-    q, k, v = (torch.randn(2, 3, 5, 4, generator=torch.Generator().manual_seed(i), dtype=torch.float64)
-               for i in range(3))
-    outs = []
-    for name, text in (("scripted_original", source), ("scripted_rewritten", new)):
-        (tmp_path / f"{name}.py").write_text(text)
-        outs.append(importlib.import_module(name).Attention()(q, k, v))
-    torch.testing.assert_close(outs[1], outs[0], rtol=1e-10, atol=1e-12)
+    assert new == source and not [f for f in findings if f.status in ("rewritten", "guarded")], findings
 
 
 def test_a_scripted_scorer_whose_softmax_runs_over_the_queries_is_no_attention():
