@@ -200,7 +200,15 @@ class _Rewriter(cst.CSTTransformer):
         return kept
 
 
+def _with_replaced(stmt: cst.CSTNode, exprs: dict[cst.CSTNode, cst.CSTNode]) -> cst.CSTNode:
+    """`stmt` with each of `exprs`' expressions replaced wherever it sits in it (nested too)."""
+    rewriter = _Rewriter(exprs, set())
+    rewriter.deep = True
+    return stmt.visit(rewriter)
+
+
 # -- what a condition's known truth decides ----------------------------------------------------------
+
 
 _FLIP = {cst.Is: cst.IsNot, cst.IsNot: cst.Is, cst.Equal: cst.NotEqual, cst.NotEqual: cst.Equal,
          cst.In: cst.NotIn, cst.NotIn: cst.In}
@@ -752,9 +760,7 @@ class Synthesizer:
             exprs.setdefault(located.node, {})[expr] = new
         out = {}
         for stmt, replace in exprs.items():
-            rewriter = _Rewriter(replace, set())
-            rewriter.deep = True
-            out[stmt] = stmt.visit(rewriter)
+            out[stmt] = _with_replaced(stmt, replace)
         return out
 
     def _restated_argument(self, node: Node, match: Match, removed: set[cst.CSTNode], root: _Located,
@@ -1188,10 +1194,8 @@ class Synthesizer:
             value = cst.parse_expression(values[0])
             if not isinstance(value, (cst.Call, cst.Name, cst.Attribute, cst.Subscript)):
                 value = value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
-            replacer = _Rewriter({call_expr: value}, set())
-            replacer.deep = True
             texts.append(cst.Module([]).code_for_node(
-                call_stmt.node.visit(replacer).with_changes(leading_lines=[])).strip())  # type: ignore[union-attr]
+                _with_replaced(call_stmt.node, {call_expr: value}).with_changes(leading_lines=[])).strip())  # type: ignore[union-attr]
         elif target is None:
             texts.append(f"return {values[0] if len(values) == 1 else ', '.join(values)}")
         for i, name in enumerate(names if target is not None else ()):
@@ -1234,15 +1238,10 @@ class Synthesizer:
             stmt, expr = self.statement_at(pos).node, self.expression_at(pos)
             if stmt is root_stmt.node:
                 raise SynthesisError("the value to make a list is in the rewritten statement itself")
-            if isinstance(expr, cst.GeneratorExp):  # `list(p for p in ...)`: its own parentheses go
-                expr = expr.with_changes(lpar=[], rpar=[])
-            by_stmt.setdefault(stmt, {})[self.expression_at(pos)] = cst.Call(cst.Name("list"), [cst.Arg(expr)])
-        changed = {}
-        for stmt, exprs in by_stmt.items():
-            replacer = _Rewriter(exprs, set())
-            replacer.deep = True
-            changed[stmt] = stmt.visit(replacer)
-        return changed
+            value = expr.with_changes(lpar=[], rpar=[]) if isinstance(expr, cst.GeneratorExp) else expr
+            # (`list(p for p in ...)`: a generator's own parentheses go)
+            by_stmt.setdefault(stmt, {})[expr] = cst.Call(cst.Name("list"), [cst.Arg(value)])
+        return {stmt: _with_replaced(stmt, exprs) for stmt, exprs in by_stmt.items()}
 
     def _kernel_and_fixup(self, match: Match, expr: cst.BaseExpression) -> tuple[str, str | None]:
         """The kernel's code and, where the fix-up of fully masked rows reads a mask taken only where
@@ -1334,9 +1333,7 @@ class Synthesizer:
     def _formatted(self, root_stmt: _Located, root_expr: cst.BaseExpression, new_expr: cst.BaseExpression,
                    extra_indent: bool) -> cst.CSTNode:
         """The root statement with the new expression, laid out by the repository's formatter."""
-        replacer = _Rewriter({root_expr: new_expr}, set())
-        replacer.deep = True
-        stmt = root_stmt.node.visit(replacer)
+        stmt = _with_replaced(root_stmt.node, {root_expr: new_expr})
         assert isinstance(stmt, cst.SimpleStatementLine)
         leading = stmt.leading_lines
         text = cst.Module([]).code_for_node(stmt.with_changes(leading_lines=[]))
