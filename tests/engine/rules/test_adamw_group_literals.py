@@ -9,29 +9,20 @@ the call is a near-miss saying `fused` would never be set."""
 from __future__ import annotations
 
 import textwrap
-from functools import cache
 
 import pytest
 
-from engine.scan import scan_source, select_rules
-from tests.engine.rules.harness import train_steps
+from tests.engine.rules.harness import namespace as _load
+from tests.engine.rules.harness import scan, train_steps
 
 torch = pytest.importorskip("torch")
 
 pytestmark = pytest.mark.torch
 
-_rules = cache(select_rules)
-
 
 def _rewrite(code: str) -> tuple[list, str]:
-    findings, new = scan_source(code, _rules("fused-adamw"), path="example.py", module="example")
+    findings, new = scan(code, "fused-adamw")
     return [f for f in findings if f.rule_id == "fused-adamw"], new
-
-
-def _load(code: str) -> dict:
-    namespace: dict = {}
-    exec(compile(code, "example.py", "exec"), namespace)  # noqa: S102 - the test's own source
-    return namespace
 
 
 VOCOS = textwrap.dedent("""
