@@ -109,6 +109,16 @@ def _scan(root: Path, text: str):
     return scan_source(text, select_rules("sdpa-attention"), "lab/biased.py", "lab.biased", index)
 
 
+def _original_and_rewritten(tmp_path, monkeypatch, new: str):
+    """The package's `lab.biased` and its rewrite (written beside it as `lab.rewritten`), freshly
+    imported: the modules a test runs side by side."""
+    (tmp_path / "lab" / "rewritten.py").write_text(new)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in [m for m in sys.modules if m == "lab" or m.startswith("lab.")]:
+        monkeypatch.delitem(sys.modules, name)
+    return importlib.import_module("lab.biased"), importlib.import_module("lab.rewritten")
+
+
 def test_an_inherited_scorer_and_softmax_module_are_the_attention(tmp_path, monkeypatch):
     text = _write(tmp_path)
     findings, new = _scan(tmp_path, text)
@@ -120,12 +130,7 @@ def test_an_inherited_scorer_and_softmax_module_are_the_attention(tmp_path, monk
     assert "scaled_dot_product_attention" in new and "self.get_scores" not in new, new
     assert _scan(tmp_path, new)[1] == new  # idempotent
     # the original and the rewrite, same weights, float64, with dropout off
-    (tmp_path / "lab" / "rewritten.py").write_text(new)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    for name in [m for m in sys.modules if m == "lab" or m.startswith("lab.")]:
-        monkeypatch.delitem(sys.modules, name)
-    old_mod = importlib.import_module("lab.biased")
-    new_mod = importlib.import_module("lab.rewritten")
+    old_mod, new_mod = _original_and_rewritten(tmp_path, monkeypatch, new)
     torch.manual_seed(0)
     old = old_mod.BiasedAttention(2, 8).double().eval()
     rewritten = new_mod.BiasedAttention(2, 8).double().eval()
@@ -218,11 +223,7 @@ def test_a_read_of_an_axis_of_the_permuted_scores_is_the_querys(tmp_path, monkey
     assert [f.status for f in findings] == ["rewritten"], [(f.status, f.reason) for f in findings]
     assert "get_alibi_biases(query.shape[-2], mask[:, :, 0, 0])" in new, new
     assert _scan(tmp_path, new)[1] == new
-    (tmp_path / "lab" / "rewritten.py").write_text(new)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    for name in [m for m in sys.modules if m == "lab" or m.startswith("lab.")]:
-        monkeypatch.delitem(sys.modules, name)
-    old_mod, new_mod = importlib.import_module("lab.biased"), importlib.import_module("lab.rewritten")
+    old_mod, new_mod = _original_and_rewritten(tmp_path, monkeypatch, new)
     torch.manual_seed(0)
     old = old_mod.BiasedAttention(3, 12).double().eval()
     rewritten = new_mod.BiasedAttention(3, 12).double().eval()
