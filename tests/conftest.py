@@ -40,9 +40,8 @@ def _admin_connect():
     raise last
 
 
-@pytest.fixture(scope="session")
-def pg_url():
-    """URL of a fresh, empty Postgres database for this test session."""
+def _fresh_database():
+    """URL of a new, empty Postgres database, dropped when the generator is closed."""
     try:
         admin, user = _admin_connect()
     except Exception as exc:
@@ -54,6 +53,19 @@ def pg_url():
     finally:
         admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         admin.close()
+
+
+@pytest.fixture(scope="session")
+def pg_url():
+    """URL of a fresh, empty Postgres database for this test session (shared by the tests of one
+    xdist worker: a test that migrates it down or fills it with rows of its own takes `own_pg_url`)."""
+    yield from _fresh_database()
+
+
+@pytest.fixture
+def own_pg_url():
+    """URL of a fresh, empty Postgres database for this test alone."""
+    yield from _fresh_database()
 
 
 @pytest.fixture(scope="session")

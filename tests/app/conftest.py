@@ -19,12 +19,8 @@ def clear_caches() -> None:
     get_engine.cache_clear()
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def migrated_pg(pg_url):
-    """The session's database at the head revision, brought there before each test: other tests on
-    the same worker (tests/app/test_migrations.py, tests/worker/test_publish_and_clone.py)
-    downgrade that database to base when they finish, so a migration done once per session does
-    not hold (an upgrade already at head only reads the version)."""
     from alembic import command
     from alembic.config import Config
 

@@ -29,8 +29,10 @@ GRANTED = dict(INSTALLATION_PERMISSIONS, security_events="write")
 
 
 @pytest.fixture
-def github(tmp_path, monkeypatch, pg_url):
-    with fake_github(tmp_path, monkeypatch, pg_url, scans=()) as pair:
+def github(tmp_path, monkeypatch, own_pg_url):
+    # a database of its own: fake_github seeds fixed ids and migrates the database down at the end,
+    # which on the worker's shared database broke the end-to-end stack and the API tests beside it
+    with fake_github(tmp_path, monkeypatch, own_pg_url, scans=()) as pair:
         yield pair
 
 
